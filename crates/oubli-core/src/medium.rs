@@ -1,0 +1,111 @@
+//! The `Medium` seam: where ciphertext goes (append-only segments plus two superblock slots).
+
+use std::io;
+
+/// Segment identifier. Ids grow monotonically and are never reused by the engine.
+pub type SegmentId = u32;
+
+/// Largest superblock a medium must be able to hold in one slot.
+pub const SUPERBLOCK_MAX: usize = 4096;
+
+/// One of the two superblock slots (written alternately, see docs/DESIGN.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    A,
+    B,
+}
+
+impl Slot {
+    pub fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+    pub fn index(self) -> usize {
+        match self {
+            Slot::A => 0,
+            Slot::B => 1,
+        }
+    }
+}
+
+/// Storage for ciphertext. The engine is its only user and relies on no more
+/// than this:
+///
+/// * **Segments** are append-only byte strings named by [`SegmentId`]. The
+///   engine writes each byte once (`append` at the segment's end) and never
+///   rewrites it; it reads back only what it appended. A medium that cannot
+///   tell a segment's true end may return stale bytes past it: every unit is
+///   authenticated, so the engine never trusts such bytes.
+/// * **Superblock slots**: two small in-place slots. A torn write may garble
+///   the slot being written, never the other one.
+/// * **Ordering**: nothing is durable until [`sync`](Medium::sync) returns;
+///   after it returns, every earlier append, superblock write and deletion is.
+///   Writes between two syncs may be lost, reordered or torn by a power cut.
+///
+/// What the medium does *not* need to do: overwrite or erase anything. Old
+/// copies of segments and slots may live forever (SSD controllers,
+/// snapshots, backups); the key tree makes them unreadable.
+///
+/// Errors are `std::io::Error`; `ErrorKind::StorageFull` means out of space,
+/// `UnexpectedEof` a read past what the segment holds, `NotFound` a missing
+/// segment.
+pub trait Medium: Send + Sync {
+    /// Human-readable location, e.g. `dir:/srv/store`.
+    fn describe(&self) -> String;
+    /// Largest size a single segment may reach on this medium.
+    fn segment_capacity(&self) -> u64;
+    /// Writes `data` at `offset` of segment `id`, creating the segment when
+    /// `offset` is 0. `offset` must be the segment's current length.
+    fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Fills `buf` from `offset` of segment `id`.
+    fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Bytes held by segment `id` (an upper bound on media that do not track
+    /// lengths), or `None` if it does not exist.
+    fn segment_len(&self, id: SegmentId) -> io::Result<Option<u64>>;
+    /// Every existing segment, ascending.
+    fn list_segments(&self) -> io::Result<Vec<SegmentId>>;
+    /// Removes a segment (idempotent). Space reclamation only: security never
+    /// depends on the bytes going away.
+    fn delete_segment(&self, id: SegmentId) -> io::Result<()>;
+    /// Makes every earlier write and deletion durable.
+    fn sync(&self) -> io::Result<()>;
+    /// The content of a slot, or `None` if it was never written.
+    fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>>;
+    /// Replaces a slot's content (at most [`SUPERBLOCK_MAX`] bytes).
+    fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()>;
+}
+
+impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn segment_capacity(&self) -> u64 {
+        (**self).segment_capacity()
+    }
+    fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        (**self).append(id, offset, data)
+    }
+    fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read(id, offset, buf)
+    }
+    fn segment_len(&self, id: SegmentId) -> io::Result<Option<u64>> {
+        (**self).segment_len(id)
+    }
+    fn list_segments(&self) -> io::Result<Vec<SegmentId>> {
+        (**self).list_segments()
+    }
+    fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
+        (**self).delete_segment(id)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
+        (**self).read_superblock(slot)
+    }
+    fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        (**self).write_superblock(slot, data)
+    }
+}

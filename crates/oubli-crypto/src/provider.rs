@@ -48,9 +48,14 @@ pub trait CryptoProvider: Send + Sync + 'static {
 }
 
 /// The production provider: AES-256-GCM, HKDF-SHA256 and the system RNG, from `ring`.
-#[derive(Default)]
 pub struct RingProvider {
     rng: SystemRandom,
+}
+
+impl Default for RingProvider {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl RingProvider {

@@ -1,7 +1,32 @@
 //! oubli-core: the sans-IO engine of oubli, reaching storage only through `Medium` and keys only through `Vault`.
+//!
+//! The engine keeps every object of a store in one copy-on-write B+tree whose
+//! nodes are each sealed under their own key, kept in the parent (the key
+//! tree). Object data is cut into *cells* (32 KiB by default), each sealed
+//! under a fresh key. A flush appends the changes to an intent log sealed
+//! under a key derived from the current epoch key; a commit writes the
+//! changed nodes, a superblock sealed under a new epoch key, and then
+//! replaces the epoch key in the vault — after which every deleted unit,
+//! wherever the medium kept it, is ciphertext nobody can open.
+//!
+//! The library facade and a runnable example live in the `oubli` crate.
 
+pub mod audit;
+mod codec;
+mod engine;
+mod error;
+pub mod log;
 pub mod medium;
+mod superblock;
+pub mod tree;
 pub mod vault;
 
+pub use audit::{AuditReport, Recovered, Recovery};
+pub use engine::{
+    name_hash, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead, Status, Store,
+    DEFAULT_CELL_SIZE, ROOT_DIR,
+};
+pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
+pub use tree::ObjectRecord;
 pub use vault::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};

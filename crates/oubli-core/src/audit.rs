@@ -1,0 +1,220 @@
+//! The adversary of DESIGN.md §7: given medium bytes, superblocks and vault keys, open everything that can be opened.
+//!
+//! [`recover`] is what an attacker holding old copies of the medium plus the
+//! vault's content can read: for every superblock it is handed whose epoch key
+//! it holds, it walks the whole tree and the epoch's intent log and opens
+//! every unit it reaches. Tests hand it every state a recording medium ever
+//! held; `oubli audit` hands it the store's own medium and current vault.
+
+use crate::engine::{cell_aad, open_unit, Ctx};
+use crate::log;
+use crate::medium::Medium;
+use crate::superblock;
+use crate::tree::{Child, Node, NodePtr, NodeSource, Value};
+use crate::vault::VaultRecord;
+use oubli_crypto::{CryptoProvider, KeyScheme};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// Where a recovered unit was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// Reachable from the tree committed at this epoch.
+    Tree(u64),
+    /// Named by this epoch's intent log.
+    Log(u64),
+}
+
+/// One data cell the adversary opened.
+pub struct Recovered {
+    pub oid: u64,
+    pub cell: u64,
+    pub start: u32,
+    pub addr: u64,
+    pub source: Source,
+    pub plaintext: Zeroizing<Vec<u8>>,
+}
+
+/// Everything the adversary could open.
+#[derive(Default)]
+pub struct Recovery {
+    pub epochs_opened: BTreeSet<u64>,
+    pub nodes_opened: usize,
+    pub units: Vec<Recovered>,
+    /// Units that were referenced but did not open (missing or corrupt).
+    pub failures: usize,
+}
+
+impl Recovery {
+    /// Whether any recovered plaintext contains `needle`.
+    pub fn contains(&self, needle: &[u8]) -> bool {
+        !needle.is_empty()
+            && self
+                .units
+                .iter()
+                .any(|u| u.plaintext.windows(needle.len()).any(|w| w == needle))
+    }
+}
+
+/// What `oubli audit` concludes about a store.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    pub epochs_opened: Vec<u64>,
+    pub units_opened: usize,
+    pub live_units: usize,
+    /// Deleted since the last commit: still recoverable until the next commit (expected).
+    pub pending_units: usize,
+    /// Deleted before the last commit yet still recoverable: an erasure failure.
+    pub leaked_units: usize,
+    pub unreadable_units: usize,
+}
+
+/// Opens every superblock in `superblocks` for which `keys` holds the epoch
+/// key, and everything reachable from it.
+pub fn recover(
+    superblocks: &[Vec<u8>],
+    medium: Arc<dyn Medium>,
+    keys: &[VaultRecord],
+    provider: Arc<dyn CryptoProvider>,
+    scheme: Arc<dyn KeyScheme>,
+) -> Recovery {
+    let ctx = Ctx {
+        medium: medium.clone(),
+        provider: provider.clone(),
+        scheme: scheme.clone(),
+        cache: Default::default(),
+    };
+    let mut out = Recovery::default();
+    let mut seen_units = HashSet::new();
+    let mut seen_sb = HashSet::new();
+    for bytes in superblocks {
+        let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
+            continue;
+        };
+        for rec in keys {
+            if rec.store_id != header.store_id || rec.epoch != header.epoch {
+                continue;
+            }
+            let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
+                continue;
+            };
+            if !seen_sb.insert((header.epoch, bytes.clone())) {
+                continue;
+            }
+            out.epochs_opened.insert(header.epoch);
+            let source = Source::Tree(header.epoch);
+            if let Some((root, level)) = &body.root {
+                walk(&ctx, &Child::Disk(root.clone()), *level, source, &mut out, &mut seen_units);
+            }
+            // The epoch's intent log.
+            let mut offset = 0u64;
+            let mut seq = 0u64;
+            loop {
+                let mut len = [0u8; 4];
+                if medium.read(body.log_segment, offset, &mut len).is_err() {
+                    break;
+                }
+                let len = u32::from_le_bytes(len) as u64;
+                if len > medium.segment_capacity() {
+                    break;
+                }
+                let mut sealed = vec![0u8; len as usize];
+                if medium.read(body.log_segment, offset + 4, &mut sealed).is_err() {
+                    break;
+                }
+                let Some(ops) = log::open_frame(
+                    &*provider,
+                    &rec.key,
+                    &rec.store_id,
+                    header.epoch,
+                    seq,
+                    sealed,
+                ) else {
+                    break;
+                };
+                for op in ops {
+                    if let log::Op::PutCell { oid, cell, cref } = op {
+                        open_cell(&ctx, oid, cell, &cref, Source::Log(header.epoch), &mut out, &mut seen_units);
+                    }
+                }
+                offset += 4 + len;
+                seq += 1;
+            }
+        }
+    }
+    out
+}
+
+fn open_cell(
+    ctx: &Ctx,
+    oid: u64,
+    cell: u64,
+    c: &crate::tree::CellRef,
+    source: Source,
+    out: &mut Recovery,
+    seen: &mut HashSet<(u64, Source)>,
+) {
+    if !seen.insert((c.addr, source)) {
+        return;
+    }
+    let key = ctx.scheme.resolve(&c.key);
+    match open_unit(
+        &*ctx.medium,
+        &*ctx.provider,
+        &key,
+        c.addr,
+        c.sealed_len(),
+        &cell_aad(oid, cell, c.start, c.len),
+        &String::new,
+    ) {
+        Ok(plaintext) => out.units.push(Recovered {
+            oid,
+            cell,
+            start: c.start,
+            addr: c.addr,
+            source,
+            plaintext,
+        }),
+        Err(_) => out.failures += 1,
+    }
+}
+
+fn walk(
+    ctx: &Ctx,
+    child: &Child,
+    level: u8,
+    source: Source,
+    out: &mut Recovery,
+    seen: &mut HashSet<(u64, Source)>,
+) {
+    let node = match child {
+        Child::Mem(n) => n.clone(),
+        Child::Disk(p) => match load(ctx, p, level) {
+            Some(n) => n,
+            None => {
+                out.failures += 1;
+                return;
+            }
+        },
+    };
+    out.nodes_opened += 1;
+    match &*node {
+        Node::Leaf(entries) => {
+            for (k, v) in entries {
+                if let Value::Cell(c) = v {
+                    open_cell(ctx, k.oid, k.off, c, source, out, seen);
+                }
+            }
+        }
+        Node::Inner(level, children) => {
+            for (_, c) in children {
+                walk(ctx, c, level - 1, source, out, seen);
+            }
+        }
+    }
+}
+
+fn load(ctx: &Ctx, p: &NodePtr, level: u8) -> Option<Arc<Node>> {
+    ctx.load(p, level).ok()
+}

@@ -1,0 +1,1673 @@
+//! The store: objects and names on the key tree, the write buffer, flush (intent log), commit (epochs), recovery and the cleaner.
+
+use crate::audit::{AuditReport, Source};
+use crate::error::{read_error, Error, Result};
+use crate::log::{self, Op};
+use crate::medium::{Medium, SegmentId, Slot};
+use crate::superblock::{self, Body, Header, FORMAT_VERSION};
+use crate::tree::{
+    addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node,
+    NodePtr, NodeSource, ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
+};
+use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
+use oubli_crypto::{CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use zeroize::Zeroizing;
+
+/// Object id of the root directory every store has.
+pub const ROOT_DIR: u64 = 1;
+/// Default cell size: the unit of encryption and erasure for object data.
+pub const DEFAULT_CELL_SIZE: u32 = 32 * 1024;
+/// Data segments are closed at this size (or the medium's capacity, if smaller).
+const DATA_SEGMENT_TARGET: u64 = 64 << 20;
+/// Buffered (not yet sealed) data above which the buffer is written out.
+const WRITE_BUFFER_MAX: usize = 32 << 20;
+
+/// When an epoch ends on its own. `None` disables a trigger; `purge`/`commit` always work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochPolicy {
+    pub interval: Option<Duration>,
+    pub bytes: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+impl Default for EpochPolicy {
+    fn default() -> Self {
+        EpochPolicy {
+            interval: Some(Duration::from_secs(60)),
+            bytes: Some(1 << 30),
+            deletions: Some(1000),
+        }
+    }
+}
+
+impl EpochPolicy {
+    /// Commit only when asked.
+    pub fn manual() -> Self {
+        EpochPolicy {
+            interval: None,
+            bytes: None,
+            deletions: None,
+        }
+    }
+}
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct Options {
+    pub provider: Arc<dyn CryptoProvider>,
+    pub key_scheme: Arc<dyn KeyScheme>,
+    pub policy: EpochPolicy,
+    /// Open without writing anything: no recovery commit, mutations refused.
+    pub read_only: bool,
+    /// Bytes of decrypted tree nodes kept in memory.
+    pub node_cache_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            provider: Arc::new(RingProvider::new()),
+            key_scheme: Arc::new(ParentPointerScheme),
+            policy: EpochPolicy::default(),
+            read_only: false,
+            node_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Parameters fixed when a store is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateOptions {
+    pub cell_size: u32,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            cell_size: DEFAULT_CELL_SIZE,
+        }
+    }
+}
+
+/// A snapshot of the store's state for `oubli status`.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub epoch: u64,
+    pub committed_at: u64,
+    pub seconds_since_commit: u64,
+    /// Deletions (unlinks, truncates, overwrites, punches) since the last commit: erased at the next one.
+    pub pending_deletions: u64,
+    /// Sealed bytes those deletions freed.
+    pub pending_erasure_bytes: u64,
+    pub bytes_written_this_epoch: u64,
+    pub live_bytes: u64,
+    pub medium_bytes: u64,
+    pub dead_bytes: u64,
+    pub segments: usize,
+    pub unflushed_bytes: u64,
+    pub vault: VaultInfo,
+    pub vault_writes: Option<u64>,
+    pub cell_size: u32,
+    pub provider: &'static str,
+    pub key_scheme: &'static str,
+    pub policy: EpochPolicy,
+    /// Seconds until the interval policy commits, if it is set.
+    pub next_commit_in: Option<u64>,
+    /// Why the last automatic commit failed (the epoch stays open and is retried).
+    pub last_commit_error: Option<String>,
+    pub medium: String,
+}
+
+/// What a cleaner run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub segments_deleted: usize,
+    pub bytes_reclaimed: u64,
+    pub bytes_moved: u64,
+}
+
+/// The store. All methods take `&self`; one lock serialises them.
+pub struct Store {
+    engine: Mutex<Engine>,
+}
+
+/// Everything the tree needs to load a node: the read-only context of the engine.
+pub(crate) struct Ctx {
+    pub(crate) medium: Arc<dyn Medium>,
+    pub(crate) provider: Arc<dyn CryptoProvider>,
+    pub(crate) scheme: Arc<dyn KeyScheme>,
+    pub(crate) cache: RefCell<NodeCache>,
+}
+
+#[derive(Default)]
+pub(crate) struct NodeCache {
+    map: HashMap<u64, (Arc<Node>, usize)>,
+    order: VecDeque<u64>,
+    bytes: usize,
+    pub(crate) limit: usize,
+}
+
+impl NodeCache {
+    fn get(&self, addr: u64) -> Option<Arc<Node>> {
+        self.map.get(&addr).map(|(n, _)| n.clone())
+    }
+    fn insert(&mut self, addr: u64, node: Arc<Node>, size: usize) {
+        if self.map.insert(addr, (node, size)).is_none() {
+            self.order.push_back(addr);
+            self.bytes += size;
+        }
+        while self.bytes > self.limit {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some((_, s)) = self.map.remove(&old) {
+                self.bytes -= s;
+            }
+        }
+    }
+}
+
+pub(crate) fn node_aad(level: u8) -> Vec<u8> {
+    let mut aad = b"oubli/node/v1".to_vec();
+    aad.push(level);
+    aad
+}
+
+pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> Vec<u8> {
+    let mut aad = b"oubli/cell/v1".to_vec();
+    aad.extend_from_slice(&oid.to_le_bytes());
+    aad.extend_from_slice(&cell.to_le_bytes());
+    aad.extend_from_slice(&start.to_le_bytes());
+    aad.extend_from_slice(&len.to_le_bytes());
+    aad
+}
+
+/// Reads and authenticates one sealed unit.
+pub(crate) fn open_unit(
+    medium: &dyn Medium,
+    provider: &dyn CryptoProvider,
+    key: &SecretKey,
+    at: u64,
+    sealed_len: u64,
+    aad: &[u8],
+    what: &dyn Fn() -> String,
+) -> Result<Zeroizing<Vec<u8>>> {
+    let mut buf = Zeroizing::new(vec![0u8; sealed_len as usize]);
+    medium
+        .read(addr_segment(at), addr_offset(at) as u64, &mut buf)
+        .map_err(|e| read_error(&what(), e))?;
+    provider
+        .open(key, aad, &mut buf)
+        .map_err(|_| Error::Corrupt(what()))?;
+    Ok(buf)
+}
+
+impl NodeSource for Ctx {
+    fn load(&self, ptr: &NodePtr, level: u8) -> Result<Arc<Node>> {
+        if let Some(node) = self.cache.borrow().get(ptr.addr) {
+            return Ok(node);
+        }
+        let key = self.scheme.resolve(&ptr.key);
+        let what = || {
+            format!(
+                "tree node (level {level}) at segment {} offset {}",
+                addr_segment(ptr.addr),
+                addr_offset(ptr.addr)
+            )
+        };
+        let plain = open_unit(
+            &*self.medium,
+            &*self.provider,
+            &key,
+            ptr.addr,
+            ptr.len as u64,
+            &node_aad(level),
+            &what,
+        )?;
+        let node = crate::tree::decode_node(&plain)
+            .map_err(|e| Error::Corrupt(format!("{} ({e})", what())))?;
+        if node.level() != level {
+            return Err(Error::Corrupt(what()));
+        }
+        let node = Arc::new(node);
+        self.cache
+            .borrow_mut()
+            .insert(ptr.addr, node.clone(), ptr.len as usize);
+        Ok(node)
+    }
+}
+
+/// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())` of the cell.
+struct DirtyCell {
+    start: u32,
+    data: Zeroizing<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct EpochStats {
+    bytes_written: u64,
+    deletions: u64,
+    freed_bytes: u64,
+}
+
+struct Engine {
+    ctx: Ctx,
+    vault: Arc<dyn Vault>,
+    store_id: StoreId,
+    epoch: u64,
+    epoch_key: SecretKey,
+    active_slot: Slot,
+    cell_size: u32,
+    tree: Tree,
+    next_oid: u64,
+    next_segment: SegmentId,
+    /// Current data segment and its write position.
+    data_segment: Option<(SegmentId, u64)>,
+    segment_target: u64,
+    log_segment: SegmentId,
+    log_offset: u64,
+    log_seq: u64,
+    /// Ops applied to the tree but not yet in the log.
+    pending: Vec<Op>,
+    /// Units appended since the last sync.
+    unsynced: bool,
+    dirty: BTreeMap<(u64, u64), DirtyCell>,
+    dirty_bytes: usize,
+    /// Objects whose size grew by writes; their record is logged at the next flush.
+    size_dirty: BTreeSet<u64>,
+    live_bytes: u64,
+    stats: EpochStats,
+    policy: EpochPolicy,
+    committed_at: u64,
+    last_commit: Instant,
+    read_only: bool,
+    /// Set when a medium write failed: the in-memory state may be ahead of
+    /// the medium, so mutations are refused until the store is reopened.
+    poisoned: Option<String>,
+    /// A commit whose vault write may or may not have happened.
+    vault_unknown: Option<(VaultRecord, Slot, SegmentId, String)>,
+    last_commit_error: Option<String>,
+    /// Segments to delete once the next commit has made them unreachable.
+    doomed_segments: Vec<SegmentId>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// FNV-1a: the name hash that orders directory entries inside the (encrypted) tree.
+pub fn name_hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in name {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn object_key(oid: u64) -> Key {
+    Key::new(oid, KIND_OBJECT, 0)
+}
+fn cell_key(oid: u64, cell: u64) -> Key {
+    Key::new(oid, KIND_CELL, cell)
+}
+
+impl Store {
+    /// Creates a new store on an empty medium. `make_vault` receives the
+    /// first vault record and must create the vault holding it (for
+    /// instance `FileVault::create`). The superblock is written first, the
+    /// vault second: a crash in between leaves a store that reports its vault
+    /// missing, never a vault without a store.
+    pub fn create<V, F>(
+        medium: Arc<dyn Medium>,
+        make_vault: F,
+        create: CreateOptions,
+        options: Options,
+    ) -> Result<Store>
+    where
+        V: Vault + 'static,
+        F: FnOnce(&VaultRecord) -> Result<V>,
+    {
+        if !create.cell_size.is_power_of_two() || !(4096..=1 << 20).contains(&create.cell_size) {
+            return Err(Error::Invalid(format!(
+                "cell size {} must be a power of two between 4 KiB and 1 MiB",
+                create.cell_size
+            )));
+        }
+        for slot in [Slot::A, Slot::B] {
+            let existing = medium
+                .read_superblock(slot)
+                .map_err(|e| Error::io("reading superblock", e))?;
+            if existing.is_some_and(|b| superblock::parse_header(&b).ok().flatten().is_some()) {
+                return Err(Error::AlreadyInitialized(medium.describe()));
+            }
+        }
+        let provider = options.provider.clone();
+        let mut store_id = [0u8; 16];
+        provider.fill_random(&mut store_id);
+        let record = VaultRecord {
+            store_id,
+            epoch: 0,
+            key: provider.random_key(),
+        };
+        let header = Header {
+            version: FORMAT_VERSION,
+            store_id,
+            epoch: 0,
+        };
+        let body = Body {
+            cell_size: create.cell_size,
+            root: None,
+            next_oid: ROOT_DIR + 1,
+            next_segment: 1,
+            log_segment: 0,
+            live_bytes: 0,
+            committed_at: now_secs(),
+        };
+        let sealed = superblock::seal(&*provider, &record.key, &header, &body);
+        medium
+            .write_superblock(Slot::A, &sealed)
+            .and_then(|_| medium.sync())
+            .map_err(|e| Error::io("writing the first superblock", e))?;
+        let vault: Arc<dyn Vault> = Arc::new(make_vault(&record)?);
+        let store = Store::open(medium, vault, options)?;
+        {
+            let mut e = store.lock();
+            e.apply(
+                Op::SetObject {
+                    oid: ROOT_DIR,
+                    record: ObjectRecord::default(),
+                },
+                true,
+            )?;
+            e.commit()?;
+        }
+        Ok(store)
+    }
+
+    /// Opens a store: loads the vault, picks the superblock of the vault's
+    /// epoch, replays the intent log, and (unless read-only) commits what it
+    /// replayed so that a fresh log starts.
+    pub fn open(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>, options: Options) -> Result<Store> {
+        let record = vault.load()?;
+        let provider = options.provider.clone();
+        let mut found = Vec::new();
+        let mut chosen = None;
+        let mut any_ours = false;
+        for slot in [Slot::A, Slot::B] {
+            let Some(bytes) = medium
+                .read_superblock(slot)
+                .map_err(|e| Error::io("reading superblock", e))?
+            else {
+                continue;
+            };
+            let Some((header, _)) = superblock::parse_header(&bytes)? else {
+                continue;
+            };
+            if header.store_id != record.store_id {
+                continue;
+            }
+            any_ours = true;
+            found.push(header.epoch);
+            if header.epoch == record.epoch {
+                let (_, body) = superblock::open(&*provider, &record.key, &bytes)?;
+                chosen = Some((slot, body));
+            }
+        }
+        let (slot, body) = match chosen {
+            Some(c) => c,
+            None if found.is_empty() && !any_ours => {
+                let any = [Slot::A, Slot::B].iter().any(|s| {
+                    medium
+                        .read_superblock(*s)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|b| superblock::parse_header(&b).ok().flatten().is_some())
+                });
+                return Err(if any {
+                    Error::WrongVault
+                } else {
+                    Error::NotInitialized(medium.describe())
+                });
+            }
+            None if found.iter().all(|&e| e < record.epoch) => {
+                return Err(Error::Rollback {
+                    found,
+                    vault: record.epoch,
+                })
+            }
+            None => {
+                return Err(Error::VaultBehind {
+                    found,
+                    vault: record.epoch,
+                })
+            }
+        };
+        let existing = medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?;
+        let next_segment = existing
+            .last()
+            .map(|s| s + 1)
+            .unwrap_or(0)
+            .max(body.next_segment);
+        let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
+        let mut engine = Engine {
+            ctx: Ctx {
+                medium,
+                provider,
+                scheme: options.key_scheme.clone(),
+                cache: RefCell::new(NodeCache {
+                    limit: options.node_cache_bytes,
+                    ..Default::default()
+                }),
+            },
+            vault,
+            store_id: record.store_id,
+            epoch: record.epoch,
+            epoch_key: record.key.clone(),
+            active_slot: slot,
+            cell_size: body.cell_size,
+            tree: Tree {
+                root: body.root.map(|(ptr, level)| (Child::Disk(ptr), level)),
+            },
+            next_oid: body.next_oid,
+            next_segment,
+            data_segment: None,
+            segment_target,
+            log_segment: body.log_segment,
+            log_offset: 0,
+            log_seq: 0,
+            pending: Vec::new(),
+            unsynced: false,
+            dirty: BTreeMap::new(),
+            dirty_bytes: 0,
+            size_dirty: BTreeSet::new(),
+            live_bytes: body.live_bytes,
+            stats: EpochStats::default(),
+            policy: options.policy.clone(),
+            committed_at: body.committed_at,
+            last_commit: Instant::now(),
+            read_only: options.read_only,
+            poisoned: None,
+            vault_unknown: None,
+            last_commit_error: None,
+            doomed_segments: Vec::new(),
+        };
+        let replayed = engine.replay_log()?;
+        if replayed > 0 && !engine.read_only {
+            engine.commit()?;
+        }
+        Ok(Store {
+            engine: Mutex::new(engine),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine in an unknown state;
+        // refuse further use rather than continue on it.
+        match self.engine.lock() {
+            Ok(g) => g,
+            Err(poison) => {
+                let mut g = poison.into_inner();
+                g.poisoned
+                    .get_or_insert_with(|| "a previous operation panicked".into());
+                g
+            }
+        }
+    }
+
+    /// Creates an empty object with front-end metadata; returns its id.
+    pub fn create_object(&self, meta: &[u8]) -> Result<u64> {
+        let mut e = self.lock();
+        e.writable()?;
+        let oid = e.next_oid;
+        e.apply(
+            Op::SetObject {
+                oid,
+                record: ObjectRecord {
+                    size: 0,
+                    meta: meta.to_vec(),
+                },
+            },
+            true,
+        )?;
+        Ok(oid)
+    }
+
+    /// The object's record (size and metadata).
+    pub fn object(&self, oid: u64) -> Result<ObjectRecord> {
+        self.lock().record(oid)
+    }
+
+    pub fn exists(&self, oid: u64) -> Result<bool> {
+        let e = self.lock();
+        Ok(e.tree.get(&object_key(oid), &e.ctx)?.is_some())
+    }
+
+    pub fn size(&self, oid: u64) -> Result<u64> {
+        Ok(self.lock().record(oid)?.size)
+    }
+
+    /// Replaces the object's front-end metadata.
+    pub fn set_meta(&self, oid: u64, meta: &[u8]) -> Result<()> {
+        let mut e = self.lock();
+        e.writable()?;
+        let mut record = e.record(oid)?;
+        record.meta = meta.to_vec();
+        e.size_dirty.remove(&oid);
+        e.apply(Op::SetObject { oid, record }, true)
+    }
+
+    /// Writes `data` at `offset`, extending the object if needed. The old
+    /// bytes of an overwritten range are erased at the next commit.
+    pub fn write(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let mut e = self.lock();
+        e.write(oid, offset, data)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes at `offset` (short at the end of the object).
+    pub fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.lock().read(oid, offset, len)
+    }
+
+    /// Sets the size; bytes past a smaller size are erased at the next commit.
+    pub fn truncate(&self, oid: u64, size: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.truncate(oid, size)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Zeroes `[offset, offset+len)` (deallocating whole cells); the old bytes are erased at the next commit.
+    pub fn punch_hole(&self, oid: u64, offset: u64, len: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.punch(oid, offset, len)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Deletes the object and all its data; erased at the next commit.
+    pub fn delete(&self, oid: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.delete(oid)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Adds `name` in directory object `dir` pointing at `target`.
+    pub fn link(&self, dir: u64, name: &[u8], target: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.writable()?;
+        e.record(dir)?;
+        let hash = name_hash(name);
+        let mut bucket = e.bucket(dir, hash)?;
+        if bucket.entries.iter().any(|(n, _)| n == name) {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        bucket.entries.push((name.to_vec(), target));
+        e.apply(Op::PutNames { dir, hash, bucket }, true)
+    }
+
+    /// Removes `name` from `dir`; returns the object it named (which is not deleted).
+    pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<u64> {
+        let mut e = self.lock();
+        e.writable()?;
+        let hash = name_hash(name);
+        let mut bucket = e.bucket(dir, hash)?;
+        let i = bucket
+            .entries
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| Error::NoName(String::from_utf8_lossy(name).into_owned()))?;
+        let (_, target) = bucket.entries.remove(i);
+        e.stats.deletions += 1;
+        e.apply(Op::PutNames { dir, hash, bucket }, true)?;
+        e.maybe_commit();
+        Ok(target)
+    }
+
+    pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        let e = self.lock();
+        let bucket = e.bucket(dir, name_hash(name))?;
+        Ok(bucket
+            .entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| *t))
+    }
+
+    /// Every (name, target) in `dir`, in hash order.
+    pub fn list(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        let e = self.lock();
+        let mut out = Vec::new();
+        e.tree.scan(
+            &Key::new(dir, KIND_NAMES, 0),
+            &Key::new(dir, KIND_NAMES + 1, 0),
+            &e.ctx,
+            &mut |_, v| {
+                if let Value::Names(b) = v {
+                    out.extend(b.entries.iter().cloned());
+                }
+                true
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Makes every write so far durable (intent log), without ending the epoch.
+    pub fn flush(&self) -> Result<()> {
+        self.lock().flush()
+    }
+
+    /// Ends the epoch now: every deletion before it becomes unrecoverable.
+    pub fn commit(&self) -> Result<()> {
+        self.lock().commit()
+    }
+
+    /// Alias of [`commit`](Self::commit): the erasure barrier.
+    pub fn purge(&self) -> Result<()> {
+        self.commit()
+    }
+
+    /// Commits if the epoch policy says so (call it from a timer).
+    pub fn tick(&self) {
+        self.lock().maybe_commit();
+    }
+
+    pub fn status(&self) -> Result<Status> {
+        self.lock().status()
+    }
+
+    /// Reclaims segments whose live share is below `threshold` (0..=1), copying their live units.
+    pub fn gc(&self, threshold: f64) -> Result<GcReport> {
+        self.lock().gc(threshold)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    pub fn store_id(&self) -> StoreId {
+        self.lock().store_id
+    }
+
+    /// Every live object id with its record, ascending.
+    pub fn objects(&self) -> Result<Vec<(u64, ObjectRecord)>> {
+        let e = self.lock();
+        let mut out = Vec::new();
+        e.tree.scan(
+            &Key::MIN,
+            &Key::new(u64::MAX, u8::MAX, u64::MAX),
+            &e.ctx,
+            &mut |k, v| {
+                if let Value::Object(r) = v {
+                    out.push((k.oid, r.clone()));
+                }
+                true
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Checks the whole store: every node and every cell reachable from the
+    /// root is read and authenticated, and the structure is consistent.
+    pub fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
+        self.lock().fsck(progress)
+    }
+
+    /// Plays the adversary against this store's medium with the current vault
+    /// content: opens everything it can and sorts it into live units, units
+    /// deleted since the last commit (erased at the next one) and leaks.
+    pub fn audit(&self) -> Result<AuditReport> {
+        let e = self.lock();
+        let mut live = HashSet::new();
+        e.tree.walk(&e.ctx, &mut |_, node| {
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        live.insert(c.addr);
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let mut superblocks = Vec::new();
+        for slot in [Slot::A, Slot::B] {
+            if let Some(b) = e
+                .ctx
+                .medium
+                .read_superblock(slot)
+                .map_err(|err| Error::io("reading superblock", err))?
+            {
+                superblocks.push(b);
+            }
+        }
+        let record = e.vault.load()?;
+        let recovery = crate::audit::recover(
+            &superblocks,
+            e.ctx.medium.clone(),
+            &[record],
+            e.ctx.provider.clone(),
+            e.ctx.scheme.clone(),
+        );
+        let mut report = AuditReport {
+            epochs_opened: recovery.epochs_opened.iter().copied().collect(),
+            units_opened: recovery.units.len(),
+            unreadable_units: recovery.failures,
+            ..Default::default()
+        };
+        let mut counted = HashSet::new();
+        for u in &recovery.units {
+            if !counted.insert(u.addr) {
+                continue;
+            }
+            let epoch = match u.source {
+                Source::Tree(ep) | Source::Log(ep) => ep,
+            };
+            if live.contains(&u.addr) {
+                report.live_units += 1;
+            } else if epoch == e.epoch {
+                report.pending_units += 1;
+            } else {
+                report.leaked_units += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Key-tree metadata accounting (for the overhead benchmark).
+    pub fn overhead(&self) -> Result<Overhead> {
+        let e = self.lock();
+        let mut o = Overhead::default();
+        e.tree.walk(&e.ctx, &mut |ptr, node| {
+            if let Some(p) = ptr {
+                o.node_bytes += p.len as u64;
+            }
+            o.nodes += 1;
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        o.data_bytes += c.len as u64;
+                        o.tag_bytes += TAG_LEN as u64;
+                        o.cells += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(o)
+    }
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Default)]
+pub struct FsckReport {
+    pub objects: u64,
+    pub cells: u64,
+    pub nodes: u64,
+    pub bytes_checked: u64,
+    pub problems: Vec<String>,
+}
+
+/// Metadata of the key tree relative to the data it protects.
+#[derive(Debug, Clone, Default)]
+pub struct Overhead {
+    pub nodes: u64,
+    pub node_bytes: u64,
+    pub cells: u64,
+    pub data_bytes: u64,
+    pub tag_bytes: u64,
+}
+
+impl Overhead {
+    /// (node bytes + AEAD tags) / data bytes, in percent.
+    pub fn percent(&self) -> f64 {
+        if self.data_bytes == 0 {
+            return 0.0;
+        }
+        100.0 * (self.node_bytes + self.tag_bytes) as f64 / self.data_bytes as f64
+    }
+}
+
+impl Engine {
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Io {
+                context: format!("an earlier write to the medium failed ({why}); reopen the store to recover"),
+                source: std::io::Error::other("store poisoned"),
+            });
+        }
+        Ok(())
+    }
+
+    fn poison<T>(&mut self, context: &str, e: std::io::Error) -> Result<T> {
+        self.poisoned = Some(format!("{context}: {e}"));
+        Err(Error::io(context, e))
+    }
+
+    fn record(&self, oid: u64) -> Result<ObjectRecord> {
+        match self.tree.get(&object_key(oid), &self.ctx)? {
+            Some(Value::Object(r)) => Ok(r),
+            _ => Err(Error::NoObject(oid)),
+        }
+    }
+
+    fn bucket(&self, dir: u64, hash: u64) -> Result<NameBucket> {
+        match self.tree.get(&Key::new(dir, KIND_NAMES, hash), &self.ctx)? {
+            Some(Value::Names(b)) => Ok(b),
+            _ => Ok(NameBucket::default()),
+        }
+    }
+
+    /// Accounts for units that left the tree: their space is dead and the key scheme is told.
+    fn release_nodes(&mut self, freed: Vec<NodePtr>) {
+        for p in freed {
+            self.live_bytes = self.live_bytes.saturating_sub(p.len as u64);
+            self.ctx.scheme.release(&p.key);
+        }
+    }
+
+    fn release_cell(&mut self, c: &CellRef) {
+        self.live_bytes = self.live_bytes.saturating_sub(c.sealed_len());
+        self.stats.freed_bytes += c.sealed_len();
+        self.ctx.scheme.release(&c.key);
+    }
+
+    fn tree_insert(&mut self, key: Key, value: Value) -> Result<Option<Value>> {
+        let mut freed = Vec::new();
+        let old = self.tree.insert(key, value, &self.ctx, &mut freed)?;
+        self.release_nodes(freed);
+        Ok(old)
+    }
+
+    fn tree_remove(&mut self, key: &Key) -> Result<Option<Value>> {
+        let mut freed = Vec::new();
+        let old = self.tree.remove(key, &self.ctx, &mut freed)?;
+        self.release_nodes(freed);
+        Ok(old)
+    }
+
+    fn keys_in(&self, from: Key, to: Key) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.tree.scan(&from, &to, &self.ctx, &mut |k, _| {
+            keys.push(*k);
+            true
+        })?;
+        Ok(keys)
+    }
+
+    /// Applies one op to the tree (and queues it for the log when `log`).
+    fn apply(&mut self, op: Op, log: bool) -> Result<()> {
+        match &op {
+            Op::PutCell { oid, cell, cref } => {
+                if let Some(Value::Cell(old)) =
+                    self.tree_insert(cell_key(*oid, *cell), Value::Cell(cref.clone()))?
+                {
+                    self.release_cell(&old);
+                }
+            }
+            Op::DropCell { oid, cell } => {
+                if let Some(Value::Cell(old)) = self.tree_remove(&cell_key(*oid, *cell))? {
+                    self.release_cell(&old);
+                }
+            }
+            Op::DropCellsFrom { oid, from } => {
+                for k in self.keys_in(cell_key(*oid, *from), Key::new(*oid, KIND_CELL + 1, 0))? {
+                    if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
+                        self.release_cell(&old);
+                    }
+                }
+            }
+            Op::SetObject { oid, record } => {
+                self.next_oid = self.next_oid.max(oid + 1);
+                self.tree_insert(object_key(*oid), Value::Object(record.clone()))?;
+            }
+            Op::DeleteObject { oid } => {
+                for k in self.keys_in(object_key(*oid), Key::new(oid + 1, 0, 0))? {
+                    if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
+                        self.release_cell(&old);
+                    }
+                }
+            }
+            Op::PutNames { dir, hash, bucket } => {
+                let key = Key::new(*dir, KIND_NAMES, *hash);
+                if bucket.entries.is_empty() {
+                    self.tree_remove(&key)?;
+                } else {
+                    self.tree_insert(key, Value::Names(bucket.clone()))?;
+                }
+            }
+        }
+        if log {
+            self.pending.push(op);
+        }
+        Ok(())
+    }
+
+    // --- segments ---------------------------------------------------------
+
+    fn alloc_segment(&mut self) -> SegmentId {
+        let id = self.next_segment;
+        self.next_segment += 1;
+        id
+    }
+
+    /// Appends a sealed unit to the current data segment; returns its address.
+    fn append_unit(&mut self, sealed: &[u8]) -> Result<u64> {
+        let need = sealed.len() as u64;
+        let (seg, off) = match self.data_segment {
+            Some((seg, off)) if off + need <= self.segment_target => (seg, off),
+            _ => (self.alloc_segment(), 0),
+        };
+        if let Err(e) = self.ctx.medium.append(seg, off, sealed) {
+            return self.poison("appending to a data segment", e);
+        }
+        self.data_segment = Some((seg, off + need));
+        self.unsynced = true;
+        self.live_bytes += need;
+        Ok(addr(seg, off as u32))
+    }
+
+    fn sync(&mut self, context: &str) -> Result<()> {
+        if let Err(e) = self.ctx.medium.sync() {
+            return self.poison(context, e);
+        }
+        self.unsynced = false;
+        Ok(())
+    }
+
+    // --- data path -------------------------------------------------------
+
+    fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<Zeroizing<Vec<u8>>> {
+        let key = self.ctx.scheme.resolve(&c.key);
+        open_unit(
+            &*self.ctx.medium,
+            &*self.ctx.provider,
+            &key,
+            c.addr,
+            c.sealed_len(),
+            &cell_aad(oid, cell, c.start, c.len),
+            &|| {
+                format!(
+                    "data of object {oid} at byte {} (segment {} offset {})",
+                    cell * self.cell_size as u64 + c.start as u64,
+                    addr_segment(c.addr),
+                    addr_offset(c.addr)
+                )
+            },
+        )
+    }
+
+    /// The current content of a cell as (start, bytes): buffered, or read from the tree.
+    fn cell_content(&self, oid: u64, cell: u64) -> Result<Option<(u32, Zeroizing<Vec<u8>>)>> {
+        if let Some(d) = self.dirty.get(&(oid, cell)) {
+            return Ok(Some((d.start, d.data.clone())));
+        }
+        match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+            Some(Value::Cell(c)) => Ok(Some((c.start, self.read_cell(oid, cell, &c)?))),
+            _ => Ok(None),
+        }
+    }
+
+    fn set_dirty(&mut self, oid: u64, cell: u64, start: u32, data: Zeroizing<Vec<u8>>) {
+        self.dirty_bytes += data.len();
+        if let Some(old) = self.dirty.insert((oid, cell), DirtyCell { start, data }) {
+            self.dirty_bytes -= old.data.len();
+        }
+    }
+
+    fn take_dirty(&mut self, oid: u64, cell: u64) -> Option<DirtyCell> {
+        let d = self.dirty.remove(&(oid, cell))?;
+        self.dirty_bytes -= d.data.len();
+        Some(d)
+    }
+
+    /// Seals a buffered cell into a new unit under a fresh key and puts it in the tree.
+    fn write_out(&mut self, oid: u64, cell: u64) -> Result<()> {
+        let Some(d) = self.take_dirty(oid, cell) else {
+            return Ok(());
+        };
+        let len = d.data.len() as u32;
+        let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
+        let mut sealed = Vec::with_capacity(d.data.len() + TAG_LEN);
+        sealed.extend_from_slice(&d.data);
+        self.ctx
+            .provider
+            .seal(&key, &cell_aad(oid, cell, d.start, len), &mut sealed);
+        let at = self.append_unit(&sealed)?;
+        let cref = CellRef {
+            start: d.start,
+            len,
+            addr: at,
+            key: key_ref,
+        };
+        self.apply(Op::PutCell { oid, cell, cref }, true)
+    }
+
+    fn write_out_all(&mut self) -> Result<()> {
+        let cells: Vec<(u64, u64)> = self.dirty.keys().copied().collect();
+        for (oid, cell) in cells {
+            self.write_out(oid, cell)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.writable()?;
+        let mut record = self.record(oid)?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
+        let cs = self.cell_size as u64;
+        let mut pos = offset;
+        while pos < end {
+            let cell = pos / cs;
+            let from = (pos % cs) as u32;
+            let n = (cs - from as u64).min(end - pos) as u32;
+            let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
+            let (start, bytes) = if from == 0 && n as u64 == cs {
+                (0, Zeroizing::new(chunk.to_vec()))
+            } else {
+                let (old_start, old) = self
+                    .cell_content(oid, cell)?
+                    .unwrap_or((from, Zeroizing::new(Vec::new())));
+                // The new content spans both the old range and the write (gaps are zeros).
+                let old_end = old_start + old.len() as u32;
+                let (s, e) = if old.is_empty() {
+                    (from, from + n)
+                } else {
+                    (old_start.min(from), old_end.max(from + n))
+                };
+                let mut merged = Zeroizing::new(vec![0u8; (e - s) as usize]);
+                merged[(old_start.max(s) - s) as usize..][..old.len()].copy_from_slice(&old);
+                merged[(from - s) as usize..][..n as usize].copy_from_slice(chunk);
+                (s, merged)
+            };
+            let full = start == 0 && bytes.len() as u64 == cs;
+            self.set_dirty(oid, cell, start, bytes);
+            if full {
+                self.write_out(oid, cell)?;
+            }
+            pos += n as u64;
+        }
+        if end > record.size {
+            record.size = end;
+            self.tree_insert(object_key(oid), Value::Object(record))?;
+            self.size_dirty.insert(oid);
+        }
+        self.stats.bytes_written += data.len() as u64;
+        if self.dirty_bytes > WRITE_BUFFER_MAX {
+            self.write_out_all()?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let record = self.record(oid)?;
+        let end = offset.saturating_add(len as u64).min(record.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        let cs = self.cell_size as u64;
+        let mut pos = offset;
+        while pos < end {
+            let cell = pos / cs;
+            let cell_base = cell * cs;
+            let stop = (cell_base + cs).min(end);
+            if let Some((start, bytes)) = self.cell_content(oid, cell)? {
+                let lo = (cell_base + start as u64).max(pos);
+                let hi = (cell_base + start as u64 + bytes.len() as u64).min(stop);
+                if lo < hi {
+                    let src = &bytes[(lo - cell_base - start as u64) as usize..][..(hi - lo) as usize];
+                    out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
+                }
+            }
+            pos = stop;
+        }
+        Ok(out)
+    }
+
+    /// Keeps only the bytes of a cell inside `[keep_from, keep_to)` (cell-relative), zeroing `[zero_from, zero_to)`.
+    fn rewrite_cell(&mut self, oid: u64, cell: u64, zero_from: u32, zero_to: u32) -> Result<()> {
+        let Some((start, mut bytes)) = self.cell_content(oid, cell)? else {
+            return Ok(());
+        };
+        let end = start + bytes.len() as u32;
+        if zero_to <= start || zero_from >= end {
+            return Ok(());
+        }
+        let (mut s, mut e) = (start, end);
+        if zero_from <= start {
+            s = zero_to.min(end);
+        }
+        if zero_to >= end {
+            e = zero_from.max(s);
+        }
+        if s >= e {
+            self.take_dirty(oid, cell);
+            return self.apply(Op::DropCell { oid, cell }, true);
+        }
+        for i in zero_from.max(s)..zero_to.min(e) {
+            bytes[(i - start) as usize] = 0;
+        }
+        let kept = Zeroizing::new(bytes[(s - start) as usize..(e - start) as usize].to_vec());
+        self.set_dirty(oid, cell, s, kept);
+        // Seal now: the old unit (with the removed bytes) must leave the tree
+        // before the next commit, and an unflushed buffer is not in the tree.
+        self.write_out(oid, cell)
+    }
+
+    fn truncate(&mut self, oid: u64, size: u64) -> Result<()> {
+        self.writable()?;
+        let mut record = self.record(oid)?;
+        if size < record.size {
+            let cs = self.cell_size as u64;
+            let boundary = size / cs;
+            let cut = (size % cs) as u32;
+            let first_dropped = if cut == 0 { boundary } else { boundary + 1 };
+            let doomed: Vec<(u64, u64)> = self
+                .dirty
+                .range((oid, first_dropped)..(oid, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for (o, c) in doomed {
+                self.take_dirty(o, c);
+            }
+            self.apply(
+                Op::DropCellsFrom {
+                    oid,
+                    from: first_dropped,
+                },
+                true,
+            )?;
+            if cut > 0 {
+                self.rewrite_cell(oid, boundary, cut, self.cell_size)?;
+            }
+            self.stats.deletions += 1;
+        }
+        record.size = size;
+        self.size_dirty.remove(&oid);
+        self.apply(Op::SetObject { oid, record }, true)
+    }
+
+    fn punch(&mut self, oid: u64, offset: u64, len: u64) -> Result<()> {
+        self.writable()?;
+        let record = self.record(oid)?;
+        let end = offset.saturating_add(len).min(record.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let cs = self.cell_size as u64;
+        let mut pos = offset;
+        while pos < end {
+            let cell = pos / cs;
+            let from = (pos % cs) as u32;
+            let to = ((end - cell * cs).min(cs)) as u32;
+            if from == 0 && to as u64 == cs {
+                self.take_dirty(oid, cell);
+                self.apply(Op::DropCell { oid, cell }, true)?;
+            } else {
+                self.rewrite_cell(oid, cell, from, to)?;
+            }
+            pos = cell * cs + to as u64;
+        }
+        self.stats.deletions += 1;
+        Ok(())
+    }
+
+    fn delete(&mut self, oid: u64) -> Result<()> {
+        self.writable()?;
+        self.record(oid)?;
+        if oid == ROOT_DIR {
+            return Err(Error::Invalid("the root directory cannot be deleted".into()));
+        }
+        let doomed: Vec<(u64, u64)> = self
+            .dirty
+            .range((oid, 0)..=(oid, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for (o, c) in doomed {
+            self.take_dirty(o, c);
+        }
+        self.size_dirty.remove(&oid);
+        self.stats.deletions += 1;
+        self.apply(Op::DeleteObject { oid }, true)
+    }
+
+    // --- durability ------------------------------------------------------
+
+    fn resolve_vault_unknown(&mut self) -> Result<()> {
+        let Some((record, slot, log_segment, why)) = self.vault_unknown.take() else {
+            return Ok(());
+        };
+        match self.ctx_vault_load() {
+            Ok(now) if now.epoch == record.epoch && now.key == record.key => {
+                self.finish_commit(record, slot, log_segment);
+                Ok(())
+            }
+            Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Ok(()),
+            Ok(_) => {
+                self.poisoned = Some("the vault holds a key from neither the current nor the new epoch".into());
+                Err(Error::VaultStateUnknown(why))
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                self.vault_unknown = Some((record, slot, log_segment, why));
+                Err(Error::VaultStateUnknown(msg))
+            }
+        }
+    }
+
+    fn ctx_vault_load(&self) -> Result<VaultRecord, crate::vault::VaultError> {
+        self.vault.load()
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        self.resolve_vault_unknown()?;
+        self.write_out_all()?;
+        for oid in std::mem::take(&mut self.size_dirty) {
+            let record = self.record(oid)?;
+            self.pending.push(Op::SetObject { oid, record });
+        }
+        if self.pending.is_empty() {
+            if self.unsynced {
+                self.sync("syncing data")?;
+            }
+            return Ok(());
+        }
+        // The data a batch refers to must be durable before the batch is.
+        if self.unsynced {
+            self.sync("syncing data before the intent log")?;
+        }
+        let frame = log::seal_frame(
+            &*self.ctx.provider,
+            &self.epoch_key,
+            &self.store_id,
+            self.epoch,
+            self.log_seq,
+            &self.pending,
+        );
+        if self.log_offset + frame.len() as u64 > self.ctx.medium.segment_capacity() {
+            return self.commit();
+        }
+        if let Err(e) = self.ctx.medium.append(self.log_segment, self.log_offset, &frame) {
+            return self.poison("appending to the intent log", e);
+        }
+        self.sync("syncing the intent log")?;
+        self.log_offset += frame.len() as u64;
+        self.log_seq += 1;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Replays this epoch's intent log; returns the number of batches applied.
+    fn replay_log(&mut self) -> Result<u64> {
+        let medium = self.ctx.medium.clone();
+        let mut applied = 0;
+        loop {
+            let mut len = [0u8; 4];
+            if medium.read(self.log_segment, self.log_offset, &mut len).is_err() {
+                break;
+            }
+            let len = u32::from_le_bytes(len) as u64;
+            if len < TAG_LEN as u64 || len > medium.segment_capacity() {
+                break;
+            }
+            let mut sealed = vec![0u8; len as usize];
+            if medium
+                .read(self.log_segment, self.log_offset + 4, &mut sealed)
+                .is_err()
+            {
+                break;
+            }
+            // A frame that does not authenticate is the torn tail of the last,
+            // unacknowledged flush: the log ends there.
+            let Some(ops) = log::open_frame(
+                &*self.ctx.provider,
+                &self.epoch_key,
+                &self.store_id,
+                self.epoch,
+                self.log_seq,
+                sealed,
+            ) else {
+                break;
+            };
+            for op in ops {
+                self.apply(op, false)?;
+            }
+            self.log_offset += 4 + len;
+            self.log_seq += 1;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    fn maybe_commit(&mut self) {
+        if self.read_only || self.poisoned.is_some() {
+            return;
+        }
+        let p = &self.policy;
+        let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
+        let due = p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
+            || p.deletions.is_some_and(|d| self.stats.deletions >= d)
+            || (changed && p.interval.is_some_and(|i| self.last_commit.elapsed() >= i));
+        if !due {
+            return;
+        }
+        match self.commit() {
+            Ok(()) => self.last_commit_error = None,
+            // Keep-the-epoch-open policy: nothing is lost, erasure is delayed,
+            // the next trigger retries and `status` reports why.
+            Err(e) => self.last_commit_error = Some(e.to_string()),
+        }
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        self.writable()?;
+        self.resolve_vault_unknown()?;
+        // 1. Everything buffered becomes units in the tree.
+        self.write_out_all()?;
+        self.size_dirty.clear();
+        // 2. Every changed node is sealed under a fresh key, children first.
+        let mut tree = std::mem::take(&mut self.tree);
+        let persisted = tree.persist(&mut |node: &Arc<Node>| {
+            let mut bytes = encode_node(node);
+            let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
+            self.ctx
+                .provider
+                .seal(&key, &node_aad(node.level()), &mut bytes);
+            let at = self.append_unit(&bytes)?;
+            self.ctx
+                .cache
+                .borrow_mut()
+                .insert(at, node.clone(), bytes.len());
+            Ok(NodePtr {
+                addr: at,
+                len: bytes.len() as u32,
+                key: key_ref,
+            })
+        });
+        self.tree = tree;
+        let root = persisted?;
+        // 3. Nodes durable before the superblock that names them.
+        self.sync("syncing tree nodes")?;
+        // 4. The new superblock, sealed by a fresh epoch key, in the other slot.
+        let next = VaultRecord {
+            store_id: self.store_id,
+            epoch: self.epoch + 1,
+            key: self.ctx.provider.random_key(),
+        };
+        let new_log = self.alloc_segment();
+        let header = Header {
+            version: FORMAT_VERSION,
+            store_id: self.store_id,
+            epoch: next.epoch,
+        };
+        let committed_at = now_secs();
+        let body = Body {
+            cell_size: self.cell_size,
+            root,
+            next_oid: self.next_oid,
+            next_segment: self.next_segment,
+            log_segment: new_log,
+            live_bytes: self.live_bytes,
+            committed_at,
+        };
+        let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
+        let slot = self.active_slot.other();
+        if let Err(e) = self.ctx.medium.write_superblock(slot, &sealed) {
+            return self.poison("writing the superblock", e);
+        }
+        self.sync("syncing the superblock")?;
+        // 5. Only now replace the key in the vault: this is the commit point.
+        if let Err(e) = self.vault.store(&next) {
+            let why = e.to_string();
+            return match self.vault.load() {
+                Ok(now) if now.epoch == next.epoch && now.key == next.key => {
+                    self.finish_commit(next, slot, new_log);
+                    self.committed_at = committed_at;
+                    Ok(())
+                }
+                // The vault still holds the current key: the epoch stays open,
+                // the intent log keeps every flushed write, a retry will commit.
+                Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Err(Error::Vault(e)),
+                _ => {
+                    self.vault_unknown = Some((next, slot, new_log, why.clone()));
+                    Err(Error::VaultStateUnknown(why))
+                }
+            };
+        }
+        self.finish_commit(next, slot, new_log);
+        self.committed_at = committed_at;
+        Ok(())
+    }
+
+    fn finish_commit(&mut self, next: VaultRecord, slot: Slot, new_log: SegmentId) {
+        let old_log = self.log_segment;
+        self.epoch = next.epoch;
+        self.epoch_key = next.key;
+        self.active_slot = slot;
+        self.log_segment = new_log;
+        self.log_offset = 0;
+        self.log_seq = 0;
+        self.pending.clear();
+        self.stats = EpochStats::default();
+        self.last_commit = Instant::now();
+        self.committed_at = now_secs();
+        // Space only: the old log and unreachable segments are already unreadable.
+        let mut doomed = std::mem::take(&mut self.doomed_segments);
+        doomed.push(old_log);
+        for seg in doomed {
+            if Some(seg) != self.data_segment.map(|(s, _)| s) {
+                let _ = self.ctx.medium.delete_segment(seg);
+            }
+        }
+    }
+
+    // --- reporting and maintenance --------------------------------------
+
+    fn status(&self) -> Result<Status> {
+        let medium = &self.ctx.medium;
+        let segments = medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?;
+        let mut medium_bytes = 0;
+        for s in &segments {
+            medium_bytes += medium
+                .segment_len(*s)
+                .map_err(|e| Error::io("reading segment size", e))?
+                .unwrap_or(0);
+        }
+        let since = self.last_commit.elapsed().as_secs();
+        Ok(Status {
+            epoch: self.epoch,
+            committed_at: self.committed_at,
+            seconds_since_commit: since,
+            pending_deletions: self.stats.deletions,
+            pending_erasure_bytes: self.stats.freed_bytes,
+            bytes_written_this_epoch: self.stats.bytes_written,
+            live_bytes: self.live_bytes,
+            medium_bytes,
+            dead_bytes: medium_bytes.saturating_sub(self.live_bytes),
+            segments: segments.len(),
+            unflushed_bytes: self.dirty_bytes as u64,
+            vault: self.vault.info(),
+            vault_writes: self.vault.write_count().ok(),
+            cell_size: self.cell_size,
+            provider: self.ctx.provider.name(),
+            key_scheme: self.ctx.scheme.name(),
+            policy: self.policy.clone(),
+            next_commit_in: self
+                .policy
+                .interval
+                .map(|i| i.as_secs().saturating_sub(since)),
+            last_commit_error: self.last_commit_error.clone(),
+            medium: medium.describe(),
+        })
+    }
+
+    fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
+        let mut report = FsckReport::default();
+        let mut cells = Vec::new();
+        let mut sizes = HashMap::new();
+        self.tree.walk(&self.ctx, &mut |ptr, node| {
+            report.nodes += 1;
+            if let Some(p) = ptr {
+                report.bytes_checked += p.len as u64;
+            }
+            if let Node::Leaf(entries) = node {
+                for (k, v) in entries {
+                    match v {
+                        Value::Object(r) => {
+                            report.objects += 1;
+                            sizes.insert(k.oid, r.size);
+                        }
+                        Value::Cell(c) => cells.push((k.oid, k.off, c.clone())),
+                        Value::Names(_) => {}
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        for (oid, cell, c) in cells {
+            report.cells += 1;
+            match sizes.get(&oid) {
+                None => report.problems.push(format!("cell {cell} belongs to missing object {oid}")),
+                Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => report
+                    .problems
+                    .push(format!("cell {cell} of object {oid} lies beyond its size {size}")),
+                _ => {}
+            }
+            if let Err(e) = self.read_cell(oid, cell, &c) {
+                report.problems.push(e.to_string());
+            }
+            report.bytes_checked += c.sealed_len();
+            progress(c.sealed_len());
+        }
+        Ok(report)
+    }
+
+    fn gc(&mut self, threshold: f64) -> Result<GcReport> {
+        self.writable()?;
+        // The in-memory tree must equal the committed one before segments
+        // that only it leaves unreferenced may go.
+        self.commit()?;
+        let mut live: HashMap<SegmentId, u64> = HashMap::new();
+        self.tree.walk(&self.ctx, &mut |ptr, node| {
+            if let Some(p) = ptr {
+                *live.entry(addr_segment(p.addr)).or_default() += p.len as u64;
+            }
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        *live.entry(addr_segment(c.addr)).or_default() += c.sealed_len();
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let current = self.data_segment.map(|(s, _)| s);
+        let mut report = GcReport::default();
+        let mut victims = BTreeSet::new();
+        let segments = self
+            .ctx
+            .medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?;
+        for seg in segments {
+            if Some(seg) == current || seg == self.log_segment {
+                continue;
+            }
+            let size = self
+                .ctx
+                .medium
+                .segment_len(seg)
+                .map_err(|e| Error::io("reading segment size", e))?
+                .unwrap_or(0);
+            let used = live.get(&seg).copied().unwrap_or(0);
+            if used == 0 {
+                self.ctx
+                    .medium
+                    .delete_segment(seg)
+                    .map_err(|e| Error::io("deleting a dead segment", e))?;
+                report.segments_deleted += 1;
+                report.bytes_reclaimed += size;
+            } else if (used as f64) < threshold * size as f64 {
+                victims.insert(seg);
+                report.bytes_reclaimed += size - used;
+            }
+        }
+        if victims.is_empty() {
+            return Ok(report);
+        }
+        // Move live cells as they are (same key, same sealed bytes); nodes in
+        // victims are rewritten by the commit under fresh keys.
+        let mut tree = std::mem::take(&mut self.tree);
+        let mut freed = Vec::new();
+        let mut moved = 0u64;
+        let result = {
+            let ctx = &self.ctx;
+            let mut data_segment = self.data_segment;
+            let mut next_segment = self.next_segment;
+            let target = self.segment_target;
+            let res = tree.rewrite(
+                ctx,
+                &mut freed,
+                &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
+                &mut |_, v| {
+                    let Value::Cell(c) = v else { return Ok(false) };
+                    if !victims.contains(&addr_segment(c.addr)) {
+                        return Ok(false);
+                    }
+                    let mut buf = vec![0u8; c.sealed_len() as usize];
+                    ctx.medium
+                        .read(addr_segment(c.addr), addr_offset(c.addr) as u64, &mut buf)
+                        .map_err(|e| read_error("a live cell during cleaning", e))?;
+                    let need = buf.len() as u64;
+                    let (seg, off) = match data_segment {
+                        Some((s, o)) if o + need <= target => (s, o),
+                        _ => {
+                            next_segment += 1;
+                            (next_segment - 1, 0)
+                        }
+                    };
+                    ctx.medium
+                        .append(seg, off, &buf)
+                        .map_err(|e| Error::io("copying a live cell", e))?;
+                    data_segment = Some((seg, off + need));
+                    c.addr = addr(seg, off as u32);
+                    moved += need;
+                    Ok(true)
+                },
+            );
+            self.data_segment = data_segment;
+            self.next_segment = next_segment;
+            res
+        };
+        self.tree = tree;
+        self.unsynced = true;
+        self.release_nodes(freed);
+        if let Err(e) = result {
+            self.poisoned = Some(format!("cleaner: {e}"));
+            return Err(e);
+        }
+        report.bytes_moved = moved;
+        self.doomed_segments.extend(victims.iter().copied());
+        report.segments_deleted += victims.len();
+        self.commit()?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,160 @@
+//! Superblocks: a plaintext header naming store and epoch, and a body sealed under the epoch key.
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::error::{Error, Result};
+use crate::tree::NodePtr;
+use crate::vault::StoreId;
+use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
+
+pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
+pub const FORMAT_VERSION: u16 = 1;
+const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;
+
+/// The header every superblock slot starts with, readable without keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub version: u16,
+    pub store_id: StoreId,
+    pub epoch: u64,
+}
+
+/// What an epoch's superblock records (sealed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// Cell size in bytes (power of two), fixed at init.
+    pub cell_size: u32,
+    /// The tree root and its level, or none for an empty store.
+    pub root: Option<(NodePtr, u8)>,
+    pub next_oid: u64,
+    pub next_segment: u32,
+    /// The segment carrying this epoch's intent log.
+    pub log_segment: u32,
+    /// Sealed bytes reachable from the root (data cells and nodes).
+    pub live_bytes: u64,
+    /// Seconds since the Unix epoch when this epoch was committed.
+    pub committed_at: u64,
+}
+
+pub fn superblock_key(
+    provider: &dyn CryptoProvider,
+    epoch_key: &SecretKey,
+    header: &Header,
+) -> SecretKey {
+    let mut ctx = header.store_id.to_vec();
+    ctx.extend_from_slice(&header.epoch.to_le_bytes());
+    provider.derive(epoch_key, b"oubli/superblock", &ctx)
+}
+
+fn encode_header(h: &Header, sealed_len: u32) -> Vec<u8> {
+    let mut w = Writer::with_capacity(HEADER_LEN);
+    w.raw(MAGIC);
+    w.u16(h.version);
+    w.u16(0);
+    w.raw(&h.store_id);
+    w.u64(h.epoch);
+    w.u32(sealed_len);
+    w.buf
+}
+
+/// Parses the plaintext header; `None` when the slot holds no superblock at all.
+pub fn parse_header(bytes: &[u8]) -> Result<Option<(Header, usize)>> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Ok(None);
+    }
+    let mut r = Reader::new(&bytes[8..HEADER_LEN]);
+    let parse = |r: &mut Reader| -> Result<(Header, usize), DecodeError> {
+        let version = r.u16()?;
+        let _flags = r.u16()?;
+        let store_id = r.array()?;
+        let epoch = r.u64()?;
+        let sealed_len = r.u32()? as usize;
+        Ok((
+            Header {
+                version,
+                store_id,
+                epoch,
+            },
+            sealed_len,
+        ))
+    };
+    let (h, sealed_len) = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock header: {e}")))?;
+    Ok(Some((h, sealed_len)))
+}
+
+pub fn seal(
+    provider: &dyn CryptoProvider,
+    epoch_key: &SecretKey,
+    header: &Header,
+    body: &Body,
+) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(body.cell_size);
+    match &body.root {
+        None => w.u8(0),
+        Some((ptr, level)) => {
+            w.u8(1);
+            w.u8(*level);
+            w.u64(ptr.addr);
+            w.u32(ptr.len);
+            w.raw(ptr.key.expose());
+        }
+    }
+    w.u64(body.next_oid);
+    w.u32(body.next_segment);
+    w.u32(body.log_segment);
+    w.u64(body.live_bytes);
+    w.u64(body.committed_at);
+    let mut sealed = w.buf;
+    let aad = encode_header(header, (sealed.len() + oubli_crypto::TAG_LEN) as u32);
+    provider.seal(&superblock_key(provider, epoch_key, header), &aad, &mut sealed);
+    let mut out = aad;
+    out.extend_from_slice(&sealed);
+    out
+}
+
+pub fn open(provider: &dyn CryptoProvider, epoch_key: &SecretKey, bytes: &[u8]) -> Result<(Header, Body)> {
+    let (header, sealed_len) =
+        parse_header(bytes)?.ok_or_else(|| Error::Corrupt("superblock magic".into()))?;
+    if header.version != FORMAT_VERSION {
+        return Err(Error::Version(header.version));
+    }
+    if bytes.len() < HEADER_LEN + sealed_len {
+        return Err(Error::Corrupt("superblock (truncated)".into()));
+    }
+    let mut body = bytes[HEADER_LEN..HEADER_LEN + sealed_len].to_vec();
+    provider
+        .open(
+            &superblock_key(provider, epoch_key, &header),
+            &bytes[..HEADER_LEN],
+            &mut body,
+        )
+        .map_err(|_| Error::Corrupt(format!("superblock of epoch {}", header.epoch)))?;
+    let mut r = Reader::new(&body);
+    let parse = |r: &mut Reader| -> Result<Body, DecodeError> {
+        let cell_size = r.u32()?;
+        let root = match r.u8()? {
+            0 => None,
+            _ => {
+                let level = r.u8()?;
+                let addr = r.u64()?;
+                let len = r.u32()?;
+                let key = KeyRef::from_bytes(r.array()?);
+                Some((NodePtr { addr, len, key }, level))
+            }
+        };
+        Ok(Body {
+            cell_size,
+            root,
+            next_oid: r.u64()?,
+            next_segment: r.u32()?,
+            log_segment: r.u32()?,
+            live_bytes: r.u64()?,
+            committed_at: r.u64()?,
+        })
+    };
+    let body = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock body: {e}")))?;
+    if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {
+        return Err(Error::Corrupt("superblock cell size".into()));
+    }
+    Ok((header, body))
+}

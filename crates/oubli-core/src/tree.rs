@@ -1,0 +1,783 @@
+//! The copy-on-write B+tree that is also the key tree: every node is sealed under its own key, kept in its parent.
+//!
+//! One tree holds everything (btrfs-style): object records, the cells of each
+//! object's data and directory entries, ordered by [`Key`]. Clean nodes are
+//! referenced by [`NodePtr`] (address + key reference) and loaded on demand;
+//! a modification path-copies from the root down (`make_mut`), turning the
+//! path into in-memory nodes that are written, each with a fresh key, at the
+//! next commit. The old on-medium copies of the path are reported as freed:
+//! nothing but their old parents — themselves replaced — ever held their keys.
+
+use crate::codec::{varint_len, DecodeError, Reader, Writer};
+use crate::error::Result;
+use oubli_crypto::KeyRef;
+use std::sync::Arc;
+
+/// Serialized size above which a node splits.
+pub const NODE_MAX: usize = 16 * 1024;
+/// Serialized size below which a node is merged with a neighbour.
+const NODE_MIN: usize = NODE_MAX / 4;
+
+pub const KIND_OBJECT: u8 = 0;
+pub const KIND_CELL: u8 = 1;
+pub const KIND_NAMES: u8 = 2;
+
+/// Position of an entry in the tree: (object id, kind, offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub oid: u64,
+    pub kind: u8,
+    pub off: u64,
+}
+
+impl Key {
+    pub const MIN: Key = Key {
+        oid: 0,
+        kind: 0,
+        off: 0,
+    };
+    pub fn new(oid: u64, kind: u8, off: u64) -> Key {
+        Key { oid, kind, off }
+    }
+}
+
+/// Address of a unit on the medium: segment id in the high 32 bits, byte offset in the low.
+pub type Addr = u64;
+
+pub fn addr(segment: u32, offset: u32) -> Addr {
+    ((segment as u64) << 32) | offset as u64
+}
+pub fn addr_segment(a: Addr) -> u32 {
+    (a >> 32) as u32
+}
+pub fn addr_offset(a: Addr) -> u32 {
+    a as u32
+}
+
+/// Where a node lives and the reference to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePtr {
+    pub addr: Addr,
+    pub len: u32,
+    pub key: KeyRef,
+}
+
+/// One cell of an object's data: bytes `[start, start+len)` of cell `index`
+/// (the object range `index*cell_size + start ..`), sealed as one unit of
+/// `len + TAG_LEN` bytes at `addr`. Bytes of the cell outside that range are a hole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellRef {
+    pub start: u32,
+    pub len: u32,
+    pub addr: Addr,
+    pub key: KeyRef,
+}
+
+impl CellRef {
+    pub fn sealed_len(&self) -> u64 {
+        self.len as u64 + oubli_crypto::TAG_LEN as u64
+    }
+}
+
+/// An object's record: its size and front-end metadata (opaque to the engine).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ObjectRecord {
+    pub size: u64,
+    pub meta: Vec<u8>,
+}
+
+/// Directory entries whose names hash to the same value.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NameBucket {
+    pub entries: Vec<(Vec<u8>, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Object(ObjectRecord),
+    Cell(CellRef),
+    Names(NameBucket),
+}
+
+impl Value {
+    fn kind(&self) -> u8 {
+        match self {
+            Value::Object(_) => KIND_OBJECT,
+            Value::Cell(_) => KIND_CELL,
+            Value::Names(_) => KIND_NAMES,
+        }
+    }
+    fn approx_size(&self) -> usize {
+        match self {
+            Value::Object(r) => 12 + r.meta.len(),
+            Value::Cell(_) => 44,
+            Value::Names(b) => 2 + b.entries.iter().map(|(n, _)| n.len() + 10).sum::<usize>(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Child {
+    Disk(NodePtr),
+    Mem(Arc<Node>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Node {
+    Leaf(Vec<(Key, Value)>),
+    /// Children with the lowest key each may hold (the first is unbounded below).
+    Inner(u8, Vec<(Key, Child)>),
+}
+
+const ENTRY_KEY_MAX: usize = 20;
+const CHILD_SIZE: usize = ENTRY_KEY_MAX + 10 + 5 + 32;
+
+impl Node {
+    pub fn level(&self) -> u8 {
+        match self {
+            Node::Leaf(_) => 0,
+            Node::Inner(level, _) => *level,
+        }
+    }
+    fn approx_size(&self) -> usize {
+        match self {
+            Node::Leaf(entries) => {
+                4 + entries
+                    .iter()
+                    .map(|(_, v)| 4 + v.approx_size())
+                    .sum::<usize>()
+            }
+            Node::Inner(_, children) => 4 + children.len() * CHILD_SIZE,
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Node::Leaf(e) => e.len(),
+            Node::Inner(_, c) => c.len(),
+        }
+    }
+}
+
+/// Loads and authenticates a node from the medium (through a cache).
+pub trait NodeSource {
+    fn load(&self, ptr: &NodePtr, level: u8) -> Result<Arc<Node>>;
+}
+
+/// The tree: a root (or nothing) and the level of the root.
+#[derive(Clone, Debug, Default)]
+pub struct Tree {
+    pub root: Option<(Child, u8)>,
+}
+
+fn child_node(child: &Child, level: u8, src: &dyn NodeSource) -> Result<Arc<Node>> {
+    match child {
+        Child::Mem(node) => Ok(node.clone()),
+        Child::Disk(ptr) => src.load(ptr, level),
+    }
+}
+
+/// Turns `child` into an exclusively owned in-memory node, reporting the
+/// on-medium copy it replaces as freed.
+fn make_mut<'a>(
+    child: &'a mut Child,
+    level: u8,
+    src: &dyn NodeSource,
+    freed: &mut Vec<NodePtr>,
+) -> Result<&'a mut Node> {
+    if let Child::Disk(ptr) = child {
+        let node = src.load(ptr, level)?;
+        freed.push(ptr.clone());
+        *child = Child::Mem(node);
+    }
+    match child {
+        Child::Mem(node) => Ok(Arc::make_mut(node)),
+        Child::Disk(_) => unreachable!("converted above"),
+    }
+}
+
+fn child_index(children: &[(Key, Child)], key: &Key) -> usize {
+    // Last child whose lower bound is <= key; the first child is unbounded below.
+    children
+        .partition_point(|(k, _)| k <= key)
+        .saturating_sub(1)
+}
+
+/// Splits an oversized node in two halves by size; returns the right half and its lower bound.
+fn split(node: &mut Node) -> Option<(Key, Node)> {
+    if node.approx_size() <= NODE_MAX || node.len() < 2 {
+        return None;
+    }
+    let half = node.approx_size() / 2;
+    match node {
+        Node::Leaf(entries) => {
+            let mut acc = 4;
+            let mut at = entries.len() - 1;
+            for (i, (_, v)) in entries.iter().enumerate() {
+                acc += 4 + v.approx_size();
+                if acc >= half {
+                    at = (i + 1).min(entries.len() - 1);
+                    break;
+                }
+            }
+            let right = entries.split_off(at.max(1));
+            Some((right[0].0, Node::Leaf(right)))
+        }
+        Node::Inner(level, children) => {
+            let at = children.len() / 2;
+            let right = children.split_off(at);
+            Some((right[0].0, Node::Inner(*level, right)))
+        }
+    }
+}
+
+impl Tree {
+    /// Looks a key up.
+    pub fn get(&self, key: &Key, src: &dyn NodeSource) -> Result<Option<Value>> {
+        let Some((root, level)) = &self.root else {
+            return Ok(None);
+        };
+        let mut node = child_node(root, *level, src)?;
+        loop {
+            let next = match &*node {
+                Node::Leaf(entries) => {
+                    return Ok(entries
+                        .binary_search_by(|(k, _)| k.cmp(key))
+                        .ok()
+                        .map(|i| entries[i].1.clone()));
+                }
+                Node::Inner(level, children) => {
+                    let i = child_index(children, key);
+                    child_node(&children[i].1, level - 1, src)?
+                }
+            };
+            node = next;
+        }
+    }
+
+    /// Calls `visit` for every entry with `from <= key < to`, in order, until it returns false.
+    pub fn scan(
+        &self,
+        from: &Key,
+        to: &Key,
+        src: &dyn NodeSource,
+        visit: &mut dyn FnMut(&Key, &Value) -> bool,
+    ) -> Result<()> {
+        if let Some((root, level)) = &self.root {
+            let node = child_node(root, *level, src)?;
+            scan_node(&node, from, to, src, visit)?;
+        }
+        Ok(())
+    }
+
+    /// Inserts or replaces; returns the previous value.
+    pub fn insert(
+        &mut self,
+        key: Key,
+        value: Value,
+        src: &dyn NodeSource,
+        freed: &mut Vec<NodePtr>,
+    ) -> Result<Option<Value>> {
+        let Some((root, level)) = &mut self.root else {
+            self.root = Some((Child::Mem(Arc::new(Node::Leaf(vec![(key, value)]))), 0));
+            return Ok(None);
+        };
+        let (old, split_off) = insert_rec(root, *level, key, value, src, freed)?;
+        if let Some((sep, right)) = split_off {
+            let left = std::mem::replace(root, Child::Mem(Arc::new(Node::Leaf(Vec::new()))));
+            *root = Child::Mem(Arc::new(Node::Inner(
+                *level + 1,
+                vec![(Key::MIN, left), (sep, Child::Mem(Arc::new(right)))],
+            )));
+            *level += 1;
+        }
+        Ok(old)
+    }
+
+    /// Removes a key; returns its value.
+    pub fn remove(
+        &mut self,
+        key: &Key,
+        src: &dyn NodeSource,
+        freed: &mut Vec<NodePtr>,
+    ) -> Result<Option<Value>> {
+        // Avoid path-copying when the key is absent.
+        if self.root.is_none() || self.get(key, src)?.is_none() {
+            return Ok(None);
+        }
+        let (root, level) = self.root.as_mut().expect("checked above");
+        let old = remove_rec(root, *level, key, src, freed)?;
+        self.collapse(src, freed)?;
+        Ok(old)
+    }
+
+    /// Shrinks the root: an empty leaf becomes no tree, an inner root with one child is replaced by it.
+    fn collapse(&mut self, src: &dyn NodeSource, freed: &mut Vec<NodePtr>) -> Result<()> {
+        loop {
+            let Some((root, level)) = &mut self.root else {
+                return Ok(());
+            };
+            let shrink = match &*child_node(root, *level, src)? {
+                Node::Leaf(entries) => entries.is_empty(),
+                Node::Inner(_, children) => children.len() == 1,
+            };
+            if !shrink {
+                return Ok(());
+            }
+            match make_mut(root, *level, src, freed)? {
+                Node::Leaf(_) => {
+                    self.root = None;
+                }
+                Node::Inner(_, children) => {
+                    let (_, only) = children.pop().expect("one child");
+                    *root = only;
+                    *level -= 1;
+                }
+            }
+        }
+    }
+
+    /// Writes every in-memory node, children first, through `sink` (which
+    /// seals it under a fresh key and returns its pointer); afterwards the
+    /// whole tree is clean. Returns the root pointer and level.
+    pub fn persist(
+        &mut self,
+        sink: &mut dyn FnMut(&Arc<Node>) -> Result<NodePtr>,
+    ) -> Result<Option<(NodePtr, u8)>> {
+        let Some((root, level)) = &mut self.root else {
+            return Ok(None);
+        };
+        persist_rec(root, sink)?;
+        match root {
+            Child::Disk(ptr) => Ok(Some((ptr.clone(), *level))),
+            Child::Mem(_) => unreachable!("persisted"),
+        }
+    }
+
+    /// Visits every node reachable from the root (loading clean ones), with
+    /// its pointer when it is on the medium. Used by the cleaner and audit.
+    pub fn walk(
+        &self,
+        src: &dyn NodeSource,
+        visit: &mut dyn FnMut(Option<&NodePtr>, &Node) -> Result<()>,
+    ) -> Result<()> {
+        if let Some((root, level)) = &self.root {
+            walk_rec(root, *level, src, visit)?;
+        }
+        Ok(())
+    }
+
+    /// Path-copies every node for which `rewrite_node` says yes, and lets
+    /// `rewrite_value` change leaf values in place (returning true when it
+    /// did). Subtrees that need neither are left untouched. Used by the
+    /// cleaner to move live units out of victim segments.
+    pub fn rewrite(
+        &mut self,
+        src: &dyn NodeSource,
+        freed: &mut Vec<NodePtr>,
+        rewrite_node: &dyn Fn(&NodePtr) -> bool,
+        rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
+    ) -> Result<()> {
+        if let Some((root, level)) = &mut self.root {
+            rewrite_rec(root, *level, src, freed, rewrite_node, rewrite_value)?;
+        }
+        Ok(())
+    }
+}
+
+fn scan_node(
+    node: &Node,
+    from: &Key,
+    to: &Key,
+    src: &dyn NodeSource,
+    visit: &mut dyn FnMut(&Key, &Value) -> bool,
+) -> Result<bool> {
+    match node {
+        Node::Leaf(entries) => {
+            let start = entries.partition_point(|(k, _)| k < from);
+            for (k, v) in &entries[start..] {
+                if k >= to || !visit(k, v) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Inner(level, children) => {
+            let start = child_index(children, from);
+            for (i, (lower, child)) in children.iter().enumerate().skip(start) {
+                if i > start && lower >= to {
+                    return Ok(false);
+                }
+                let n = child_node(child, level - 1, src)?;
+                if !scan_node(&n, from, to, src, visit)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+    }
+}
+
+type Split = Option<(Key, Node)>;
+
+fn insert_rec(
+    child: &mut Child,
+    level: u8,
+    key: Key,
+    value: Value,
+    src: &dyn NodeSource,
+    freed: &mut Vec<NodePtr>,
+) -> Result<(Option<Value>, Split)> {
+    let node = make_mut(child, level, src, freed)?;
+    let old = match node {
+        Node::Leaf(entries) => match entries.binary_search_by(|(k, _)| k.cmp(&key)) {
+            Ok(i) => Some(std::mem::replace(&mut entries[i].1, value)),
+            Err(i) => {
+                entries.insert(i, (key, value));
+                None
+            }
+        },
+        Node::Inner(level, children) => {
+            let i = child_index(children, &key);
+            let (old, split_off) =
+                insert_rec(&mut children[i].1, *level - 1, key, value, src, freed)?;
+            if let Some((sep, right)) = split_off {
+                children.insert(i + 1, (sep, Child::Mem(Arc::new(right))));
+            }
+            old
+        }
+    };
+    Ok((old, split(node)))
+}
+
+fn remove_rec(
+    child: &mut Child,
+    level: u8,
+    key: &Key,
+    src: &dyn NodeSource,
+    freed: &mut Vec<NodePtr>,
+) -> Result<Option<Value>> {
+    let node = make_mut(child, level, src, freed)?;
+    match node {
+        Node::Leaf(entries) => Ok(entries
+            .binary_search_by(|(k, _)| k.cmp(key))
+            .ok()
+            .map(|i| entries.remove(i).1)),
+        Node::Inner(level, children) => {
+            let level = *level;
+            let i = child_index(children, key);
+            let old = remove_rec(&mut children[i].1, level - 1, key, src, freed)?;
+            rebalance(children, i, level, src, freed)?;
+            Ok(old)
+        }
+    }
+}
+
+/// After a removal below `children[i]`: drops it if empty, merges it with a
+/// neighbour if both fit in one node.
+fn rebalance(
+    children: &mut Vec<(Key, Child)>,
+    i: usize,
+    level: u8,
+    src: &dyn NodeSource,
+    freed: &mut Vec<NodePtr>,
+) -> Result<()> {
+    let node = child_node(&children[i].1, level - 1, src)?;
+    if node.len() == 0 {
+        let (lower, _) = children.remove(i);
+        // Keep the first child unbounded below.
+        if i == 0 && !children.is_empty() {
+            children[0].0 = lower;
+        }
+        return Ok(());
+    }
+    if node.approx_size() >= NODE_MIN || children.len() < 2 {
+        return Ok(());
+    }
+    let (left, right) = if i + 1 < children.len() {
+        (i, i + 1)
+    } else {
+        (i - 1, i)
+    };
+    let left_size = child_node(&children[left].1, level - 1, src)?.approx_size();
+    let right_size = child_node(&children[right].1, level - 1, src)?.approx_size();
+    if left_size + right_size > NODE_MAX {
+        return Ok(());
+    }
+    let (_, right_child) = children.remove(right);
+    let mut right_child = right_child;
+    let right_node = std::mem::replace(
+        make_mut(&mut right_child, level - 1, src, freed)?,
+        Node::Leaf(Vec::new()),
+    );
+    let left_node = make_mut(&mut children[left].1, level - 1, src, freed)?;
+    match (left_node, right_node) {
+        (Node::Leaf(l), Node::Leaf(r)) => l.extend(r),
+        (Node::Inner(_, l), Node::Inner(_, r)) => l.extend(r),
+        _ => unreachable!("siblings have the same level"),
+    }
+    Ok(())
+}
+
+fn persist_rec(child: &mut Child, sink: &mut dyn FnMut(&Arc<Node>) -> Result<NodePtr>) -> Result<()> {
+    let Child::Mem(node) = child else {
+        return Ok(());
+    };
+    if let Node::Inner(_, children) = Arc::make_mut(node) {
+        for (_, c) in children.iter_mut() {
+            persist_rec(c, sink)?;
+        }
+    }
+    let ptr = sink(node)?;
+    *child = Child::Disk(ptr);
+    Ok(())
+}
+
+fn walk_rec(
+    child: &Child,
+    level: u8,
+    src: &dyn NodeSource,
+    visit: &mut dyn FnMut(Option<&NodePtr>, &Node) -> Result<()>,
+) -> Result<()> {
+    let node = child_node(child, level, src)?;
+    let ptr = match child {
+        Child::Disk(p) => Some(p),
+        Child::Mem(_) => None,
+    };
+    visit(ptr, &node)?;
+    if let Node::Inner(level, children) = &*node {
+        for (_, c) in children {
+            walk_rec(c, level - 1, src, visit)?;
+        }
+    }
+    Ok(())
+}
+
+fn rewrite_rec(
+    child: &mut Child,
+    level: u8,
+    src: &dyn NodeSource,
+    freed: &mut Vec<NodePtr>,
+    rewrite_node: &dyn Fn(&NodePtr) -> bool,
+    rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
+) -> Result<bool> {
+    let must_copy = matches!(child, Child::Disk(p) if rewrite_node(p));
+    let node = child_node(child, level, src)?;
+    // First find out, without copying, whether anything below changes.
+    let mut changed = must_copy;
+    let mut scratch = (*node).clone();
+    match &mut scratch {
+        Node::Leaf(entries) => {
+            for (k, v) in entries.iter_mut() {
+                changed |= rewrite_value(k, v)?;
+            }
+        }
+        Node::Inner(level, children) => {
+            let mut child_freed = Vec::new();
+            for (_, c) in children.iter_mut() {
+                changed |= rewrite_rec(c, *level - 1, src, &mut child_freed, rewrite_node, rewrite_value)?;
+            }
+            freed.extend(child_freed);
+        }
+    }
+    if changed {
+        if let Child::Disk(p) = child {
+            freed.push(p.clone());
+        }
+        *child = Child::Mem(Arc::new(scratch));
+    }
+    Ok(changed)
+}
+
+// ---------------------------------------------------------------------------
+// Serialization (inside the AEAD; see docs/FORMAT.md §Nodes)
+
+const F_SAME_OID: u8 = 1;
+const F_SAME_KIND: u8 = 2;
+const F_NEXT_OFF: u8 = 4;
+const F_NEXT_ADDR: u8 = 8;
+
+fn put_key_ref(w: &mut Writer, k: &KeyRef) {
+    w.raw(k.expose());
+}
+fn get_key_ref(r: &mut Reader) -> Result<KeyRef, DecodeError> {
+    Ok(KeyRef::from_bytes(r.array()?))
+}
+
+/// Serializes a node whose children are all on the medium.
+pub fn encode_node(node: &Node) -> Vec<u8> {
+    let mut w = Writer::with_capacity(node.approx_size());
+    w.u8(node.level());
+    w.varint(node.len() as u64);
+    match node {
+        Node::Leaf(entries) => {
+            let mut prev: Option<(Key, Addr)> = None;
+            for (k, v) in entries {
+                let mut flags = 0;
+                if let Some((pk, _)) = prev {
+                    if pk.oid == k.oid {
+                        flags |= F_SAME_OID;
+                    }
+                    if pk.kind == k.kind {
+                        flags |= F_SAME_KIND;
+                    }
+                    if pk.off.checked_add(1) == Some(k.off) {
+                        flags |= F_NEXT_OFF;
+                    }
+                }
+                if let (Value::Cell(c), Some((_, next_addr))) = (v, prev) {
+                    if c.addr == next_addr {
+                        flags |= F_NEXT_ADDR;
+                    }
+                }
+                w.u8(flags);
+                if flags & F_SAME_OID == 0 {
+                    w.varint(k.oid);
+                }
+                if flags & F_SAME_KIND == 0 {
+                    w.u8(k.kind);
+                }
+                if flags & F_NEXT_OFF == 0 {
+                    w.varint(k.off);
+                }
+                let mut next_addr = 0;
+                match v {
+                    Value::Object(r) => {
+                        w.varint(r.size);
+                        w.bytes(&r.meta);
+                    }
+                    Value::Cell(c) => {
+                        w.varint(c.start as u64);
+                        w.varint(c.len as u64);
+                        if flags & F_NEXT_ADDR == 0 {
+                            w.varint(c.addr);
+                        }
+                        put_key_ref(&mut w, &c.key);
+                        next_addr = c.addr + c.sealed_len();
+                    }
+                    Value::Names(b) => {
+                        w.varint(b.entries.len() as u64);
+                        for (name, target) in &b.entries {
+                            w.bytes(name);
+                            w.varint(*target);
+                        }
+                    }
+                }
+                debug_assert_eq!(v.kind(), k.kind);
+                prev = Some((*k, next_addr));
+            }
+        }
+        Node::Inner(_, children) => {
+            for (k, c) in children {
+                w.varint(k.oid);
+                w.u8(k.kind);
+                w.varint(k.off);
+                let Child::Disk(p) = c else {
+                    panic!("encode_node: children must be persisted first");
+                };
+                w.varint(p.addr);
+                w.varint(p.len as u64);
+                put_key_ref(&mut w, &p.key);
+            }
+        }
+    }
+    w.buf
+}
+
+pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
+    let mut r = Reader::new(bytes);
+    let level = r.u8()?;
+    let count = r.varint()? as usize;
+    if count > bytes.len() {
+        return Err(DecodeError("entry count"));
+    }
+    let node = if level == 0 {
+        let mut entries = Vec::with_capacity(count);
+        let mut prev: Option<(Key, Addr)> = None;
+        for _ in 0..count {
+            let flags = r.u8()?;
+            let need_prev = flags & (F_SAME_OID | F_SAME_KIND | F_NEXT_OFF | F_NEXT_ADDR) != 0;
+            if need_prev && prev.is_none() {
+                return Err(DecodeError("delta without predecessor"));
+            }
+            let (pk, paddr) = prev.unwrap_or((Key::MIN, 0));
+            let oid = if flags & F_SAME_OID != 0 { pk.oid } else { r.varint()? };
+            let kind = if flags & F_SAME_KIND != 0 { pk.kind } else { r.u8()? };
+            let off = if flags & F_NEXT_OFF != 0 {
+                pk.off.checked_add(1).ok_or(DecodeError("offset overflow"))?
+            } else {
+                r.varint()?
+            };
+            let key = Key { oid, kind, off };
+            let mut next_addr = 0;
+            let value = match kind {
+                KIND_OBJECT => Value::Object(ObjectRecord {
+                    size: r.varint()?,
+                    meta: r.bytes()?.to_vec(),
+                }),
+                KIND_CELL => {
+                    let start = u32::try_from(r.varint()?).map_err(|_| DecodeError("start"))?;
+                    let len = u32::try_from(r.varint()?).map_err(|_| DecodeError("len"))?;
+                    let addr = if flags & F_NEXT_ADDR != 0 { paddr } else { r.varint()? };
+                    let c = CellRef {
+                        start,
+                        len,
+                        addr,
+                        key: get_key_ref(&mut r)?,
+                    };
+                    next_addr = c.addr + c.sealed_len();
+                    Value::Cell(c)
+                }
+                KIND_NAMES => {
+                    let n = r.varint()? as usize;
+                    if n > bytes.len() {
+                        return Err(DecodeError("bucket size"));
+                    }
+                    let mut entries = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let name = r.bytes()?.to_vec();
+                        entries.push((name, r.varint()?));
+                    }
+                    Value::Names(NameBucket { entries })
+                }
+                _ => return Err(DecodeError("unknown entry kind")),
+            };
+            if let Some((pk, _)) = prev {
+                if pk >= key {
+                    return Err(DecodeError("keys out of order"));
+                }
+            }
+            prev = Some((key, next_addr));
+            entries.push((key, value));
+        }
+        Node::Leaf(entries)
+    } else {
+        let mut children = Vec::with_capacity(count);
+        for _ in 0..count {
+            let key = Key {
+                oid: r.varint()?,
+                kind: r.u8()?,
+                off: r.varint()?,
+            };
+            let addr = r.varint()?;
+            let len = u32::try_from(r.varint()?).map_err(|_| DecodeError("node len"))?;
+            children.push((
+                key,
+                Child::Disk(NodePtr {
+                    addr,
+                    len,
+                    key: get_key_ref(&mut r)?,
+                }),
+            ));
+        }
+        Node::Inner(level, children)
+    };
+    if !r.is_empty() {
+        return Err(DecodeError("trailing bytes"));
+    }
+    Ok(node)
+}
+
+/// Bytes a cell entry takes in a leaf in the common sequential case (for the overhead report).
+pub fn cell_entry_len(c: &CellRef) -> usize {
+    1 + varint_len(c.start as u64) + varint_len(c.len as u64) + 32
+}

@@ -1,0 +1,482 @@
+//! `FileVault`: the epoch key in one password-protected file with two A/B record slots.
+//!
+//! A file on a modern SSD or a journaling/copy-on-write file system does not
+//! honour overwrites: old slot contents may survive in remapped flash pages,
+//! the journal or snapshots. This vault is the default because it needs no
+//! hardware, not because its erasure is real; [`VaultInfo::overwrite_is_erasure`]
+//! says so. See docs/FORMAT-vault.md.
+
+use crate::format::{
+    open_slot, parse_slot, seal_slot, Slot, SlotFault, SlotHeader, FILE_LEN, NONCE_LEN, SLOT_COUNT,
+    SLOT_STRIDE,
+};
+use crate::kdf::{derive_kek, KdfParams, SALT_LEN};
+use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
+use oubli_crypto::{CryptoProvider, SecretBytes, SecretKey};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[cfg(test)]
+mod tests;
+
+/// The password-derived key-encryption key, with the salt and parameters it
+/// was derived with. Deriving costs an Argon2id run, so it is done once per
+/// open (or password change) and kept; `SecretKey` wipes it on drop.
+struct KekState {
+    kek: SecretKey,
+    salt: [u8; SALT_LEN],
+    params: KdfParams,
+}
+
+impl KekState {
+    fn unlocks(&self, slot: &Slot) -> bool {
+        slot.header.salt == self.salt && slot.header.params == self.params
+    }
+}
+
+/// The slot that currently holds the record, as found by a read.
+struct Current {
+    index: usize,
+    header: SlotHeader,
+    record: VaultRecord,
+    /// Highest generation and write count over every readable slot, so that
+    /// the next record outranks even a leftover this handle cannot open.
+    max_generation: u64,
+    max_write_count: u64,
+}
+
+/// Where a replace stops early, to simulate a power cut in tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+enum Crash {
+    Never,
+    /// Only the first `n` bytes of the new slot reach the file.
+    TornNewSlot(usize),
+    /// The new slot is durable, the old one not yet erased.
+    BeforeErase,
+}
+
+/// The default vault: one file, two fixed 4 KiB slots (A at 0, B at 4096).
+///
+/// Each slot holds a full record sealed under a key derived from the
+/// password (Argon2id) and a per-record nonce; a replace writes the slot not
+/// holding the current record with the next generation, syncs, then zeroes
+/// the old slot and syncs again. A read takes the readable slot with the
+/// highest generation that authenticates.
+///
+/// One handle serializes its own operations; the file is not locked against
+/// other processes (the engine's store lock is expected to guarantee a
+/// single writer).
+pub struct FileVault {
+    path: PathBuf,
+    provider: Arc<dyn CryptoProvider>,
+    state: Mutex<KekState>,
+}
+
+impl std::fmt::Debug for FileVault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileVault")
+            .field("path", &self.path)
+            .field("provider", &self.provider.name())
+            .field("kek", &"<redacted>")
+            .finish()
+    }
+}
+
+fn invalid_input(msg: String) -> VaultError {
+    VaultError::Io(io::Error::new(io::ErrorKind::InvalidInput, msg))
+}
+
+fn slot_name(index: usize) -> char {
+    ['A', 'B'][index]
+}
+
+impl FileVault {
+    /// Creates a new vault file at `path` holding `record` in slot A.
+    ///
+    /// Fails if anything exists at `path`. The file (mode 0600 on Unix) and
+    /// its directory entry are synced before returning. `params` are checked
+    /// against [`KdfParams::validate`]; use [`KdfParams::default`] for real
+    /// vaults.
+    pub fn create(
+        path: impl AsRef<Path>,
+        password: &SecretBytes,
+        params: KdfParams,
+        record: &VaultRecord,
+        provider: Arc<dyn CryptoProvider>,
+    ) -> Result<FileVault, VaultError> {
+        let path = path.as_ref().to_path_buf();
+        params.validate().map_err(invalid_input)?;
+        let mut salt = [0u8; SALT_LEN];
+        provider.fill_random(&mut salt);
+        let kek = derive_kek(password, &salt, params)?;
+        let header = SlotHeader {
+            generation: 1,
+            write_count: 1,
+            params,
+            salt,
+            nonce: fresh_nonce(&*provider),
+        };
+        let mut contents = seal_slot(&*provider, &kek, &header, record);
+        contents.resize(FILE_LEN, 0);
+
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // The file is sealed, but offline guessing needs only a copy of it.
+            options.mode(0o600);
+        }
+        let mut file = options.open(&path).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                VaultError::Io(io::Error::new(
+                    e.kind(),
+                    format!("{} already exists", path.display()),
+                ))
+            } else {
+                VaultError::Io(e)
+            }
+        })?;
+        let written = file
+            .write_all(&contents)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| sync_parent_dir(&path));
+        if let Err(e) = written {
+            // Create never returned Ok: leave no half-written vault behind
+            // that would make a retry fail with "already exists".
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+
+        let vault = FileVault {
+            path,
+            provider,
+            state: Mutex::new(KekState { kek, salt, params }),
+        };
+        // Read back: proves the bytes on disk open with this password.
+        vault.load()?;
+        Ok(vault)
+    }
+
+    /// Opens an existing vault, deriving the key-encryption key from
+    /// `password` once and checking it by loading the record.
+    ///
+    /// If the two slots carry different salts (a password change was cut
+    /// short), either the old or the new password opens the vault.
+    pub fn open(
+        path: impl AsRef<Path>,
+        password: &SecretBytes,
+        provider: Arc<dyn CryptoProvider>,
+    ) -> Result<FileVault, VaultError> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = read_vault_file(&path)?;
+        let slots = parse_slots(&bytes);
+        let candidates = by_generation(&path, &slots)?;
+        let mut tried: Option<KekState> = None;
+        for index in candidates {
+            let slot = slots[index].as_ref().expect("candidate is readable");
+            let state = match tried.take() {
+                Some(state) if state.unlocks(slot) => state,
+                _ => KekState {
+                    kek: derive_kek(password, &slot.header.salt, slot.header.params)?,
+                    salt: slot.header.salt,
+                    params: slot.header.params,
+                },
+            };
+            if open_slot(&*provider, &state.kek, slot).is_some() {
+                return Ok(FileVault {
+                    path,
+                    provider,
+                    state: Mutex::new(state),
+                });
+            }
+            tried = Some(state);
+        }
+        Err(VaultError::WrongPassword)
+    }
+
+    /// The vault file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The Argon2id parameters this handle's password key was derived with.
+    pub fn kdf_params(&self) -> KdfParams {
+        self.lock().params
+    }
+
+    /// Generation of the current record (1 after create, +1 per replace).
+    pub fn generation(&self) -> Result<u64, VaultError> {
+        let state = self.lock();
+        Ok(self.current(&state)?.header.generation)
+    }
+
+    /// Re-seals the current record under `new_password` with a fresh salt and
+    /// `params`, by the same two-slot replace as [`store`](Vault::store): a
+    /// power cut leaves a vault that opens with the old or the new password.
+    /// After `Ok`, only the new password opens it.
+    pub fn change_password(
+        &self,
+        new_password: &SecretBytes,
+        params: KdfParams,
+    ) -> Result<(), VaultError> {
+        self.change_password_inner(new_password, params, Crash::Never)
+    }
+
+    fn change_password_inner(
+        &self,
+        new_password: &SecretBytes,
+        params: KdfParams,
+        crash: Crash,
+    ) -> Result<(), VaultError> {
+        params.validate().map_err(invalid_input)?;
+        let mut state = self.lock();
+        let current = self.current(&state)?;
+        let mut salt = [0u8; SALT_LEN];
+        self.provider.fill_random(&mut salt);
+        let new_state = KekState {
+            kek: derive_kek(new_password, &salt, params)?,
+            salt,
+            params,
+        };
+        let header = next_header(&current, &new_state, &*self.provider)?;
+        let region = seal_slot(&*self.provider, &new_state.kek, &header, &current.record);
+        self.replace(current.index, &region, crash, || *state = new_state)
+    }
+
+    fn store_inner(&self, record: &VaultRecord, crash: Crash) -> Result<(), VaultError> {
+        let state = self.lock();
+        let current = self.current(&state)?;
+        if current.record.store_id != record.store_id {
+            return Err(VaultError::Corrupt(format!(
+                "{} belongs to store {}, refusing a record for store {}",
+                self.path.display(),
+                hex(&current.record.store_id),
+                hex(&record.store_id)
+            )));
+        }
+        let header = next_header(&current, &state, &*self.provider)?;
+        let region = seal_slot(&*self.provider, &state.kek, &header, record);
+        self.replace(current.index, &region, crash, || ())
+    }
+
+    /// The replace protocol. `on_durable` runs once the new slot is synced,
+    /// i.e. from the moment a read would return it.
+    fn replace(
+        &self,
+        current_index: usize,
+        new_region: &[u8],
+        crash: Crash,
+        on_durable: impl FnOnce(),
+    ) -> Result<(), VaultError> {
+        let target = 1 - current_index;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| self.map_open_error(e))?;
+
+        // Step 1: the new record goes to the slot that does not hold the
+        // current one, so the current one stays readable until the new one
+        // is durable. Its higher generation makes it win from then on.
+        // (sync_all rather than sync_data: the length never changes, but the
+        // file is too small for the stronger flush to cost anything.)
+        if let Crash::TornNewSlot(n) = crash {
+            write_at(&mut file, target * SLOT_STRIDE, &new_region[..n])?;
+            file.sync_all()?;
+            return Err(simulated_crash());
+        }
+        write_at(&mut file, target * SLOT_STRIDE, new_region)?;
+        file.sync_all()?;
+        on_durable();
+        if crash == Crash::BeforeErase {
+            return Err(simulated_crash());
+        }
+
+        // Step 2: only now overwrite the old record. If this fails the old
+        // slot may survive, so the replace is reported as failed even though
+        // reads already return the new record.
+        write_at(&mut file, current_index * SLOT_STRIDE, &[0u8; SLOT_STRIDE])?;
+        file.sync_all()?;
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, KekState> {
+        // A panic while holding the lock cannot leave the KEK half-updated
+        // (it is replaced in one assignment) and the file is crash-safe by
+        // construction, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn map_open_error(&self, e: io::Error) -> VaultError {
+        if e.kind() == io::ErrorKind::NotFound {
+            VaultError::Missing(self.path.display().to_string())
+        } else {
+            VaultError::Io(e)
+        }
+    }
+
+    /// Reads the file and finds the newest slot this handle's KEK opens.
+    fn current(&self, state: &KekState) -> Result<Current, VaultError> {
+        let bytes = read_vault_file(&self.path)?;
+        let slots = parse_slots(&bytes);
+        let candidates = by_generation(&self.path, &slots)?;
+        let readable = || slots.iter().flatten();
+        let max_generation = readable().map(|s| s.header.generation).max().unwrap_or(0);
+        let max_write_count = readable().map(|s| s.header.write_count).max().unwrap_or(0);
+        for index in candidates {
+            let slot = slots[index].as_ref().expect("candidate is readable");
+            // A slot sealed under another salt (a password change by another
+            // handle, or one cut short) cannot be opened with this KEK; an
+            // older slot that can is still a valid "old record".
+            if !state.unlocks(slot) {
+                continue;
+            }
+            if let Some(record) = open_slot(&*self.provider, &state.kek, slot) {
+                return Ok(Current {
+                    index,
+                    header: slot.header.clone(),
+                    record,
+                    max_generation,
+                    max_write_count,
+                });
+            }
+        }
+        // A checksum-valid slot failed authentication: the KEK is wrong (or
+        // someone forged the header and fixed the checksum, which the AEAD
+        // cannot tell apart from a wrong password).
+        Err(VaultError::WrongPassword)
+    }
+}
+
+impl Vault for FileVault {
+    fn info(&self) -> VaultInfo {
+        VaultInfo {
+            kind: "file".into(),
+            location: self.path.display().to_string(),
+            endurance_writes: None,
+            // A stand-in: SSD remapping, journals and snapshots may keep the
+            // old slot's bytes after they are overwritten.
+            overwrite_is_erasure: false,
+        }
+    }
+
+    fn load(&self) -> Result<VaultRecord, VaultError> {
+        let state = self.lock();
+        Ok(self.current(&state)?.record)
+    }
+
+    fn store(&self, record: &VaultRecord) -> Result<(), VaultError> {
+        self.store_inner(record, Crash::Never)
+    }
+
+    fn write_count(&self) -> Result<u64, VaultError> {
+        let state = self.lock();
+        Ok(self.current(&state)?.header.write_count)
+    }
+}
+
+fn next_header(
+    current: &Current,
+    state: &KekState,
+    provider: &dyn CryptoProvider,
+) -> Result<SlotHeader, VaultError> {
+    let overflow = || VaultError::Corrupt("generation counter exhausted".into());
+    Ok(SlotHeader {
+        generation: current.max_generation.checked_add(1).ok_or_else(overflow)?,
+        write_count: current
+            .max_write_count
+            .checked_add(1)
+            .ok_or_else(overflow)?,
+        params: state.params,
+        salt: state.salt,
+        // Fresh per record: the record key derive(KEK, label, nonce) then
+        // seals exactly one message, as the provider's contract requires.
+        nonce: fresh_nonce(provider),
+    })
+}
+
+fn fresh_nonce(provider: &dyn CryptoProvider) -> [u8; NONCE_LEN] {
+    let mut nonce = [0u8; NONCE_LEN];
+    provider.fill_random(&mut nonce);
+    nonce
+}
+
+fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            VaultError::Missing(path.display().to_string())
+        } else {
+            VaultError::Io(e)
+        }
+    })?;
+    // The length never changes after create, so any other length means the
+    // file was truncated or is not a vault.
+    if bytes.len() != FILE_LEN {
+        return Err(VaultError::Corrupt(format!(
+            "{} is {} bytes long, expected {FILE_LEN}",
+            path.display(),
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+fn parse_slots(bytes: &[u8]) -> [Result<Slot, SlotFault>; SLOT_COUNT] {
+    std::array::from_fn(|i| parse_slot(&bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE]))
+}
+
+/// Indices of the readable slots, newest first; Corrupt if there are none.
+fn by_generation(
+    path: &Path,
+    slots: &[Result<Slot, SlotFault>; SLOT_COUNT],
+) -> Result<Vec<usize>, VaultError> {
+    let mut readable: Vec<usize> = (0..SLOT_COUNT).filter(|&i| slots[i].is_ok()).collect();
+    if readable.is_empty() {
+        let why: Vec<String> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("slot {}: {}", slot_name(i), s.as_ref().unwrap_err()))
+            .collect();
+        return Err(VaultError::Corrupt(format!(
+            "no readable record in {} ({})",
+            path.display(),
+            why.join(", ")
+        )));
+    }
+    readable.sort_by_key(|&i| std::cmp::Reverse(slots[i].as_ref().unwrap().header.generation));
+    Ok(readable)
+}
+
+fn write_at(file: &mut File, offset: usize, bytes: &[u8]) -> io::Result<()> {
+    file.seek(SeekFrom::Start(offset as u64))?;
+    file.write_all(bytes)
+}
+
+/// Makes the new directory entry durable (otherwise a crash right after
+/// create could lose the whole file on some file systems).
+fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(parent)?.sync_all()?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+fn simulated_crash() -> VaultError {
+    VaultError::Io(io::Error::other("simulated power cut"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

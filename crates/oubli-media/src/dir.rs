@@ -1,0 +1,716 @@
+//! `DirMedium`: the embedded default medium, one file per segment in a directory.
+//!
+//! Layout (see docs/FORMAT-media.md):
+//!
+//! ```text
+//! ROOT/oubli-medium          marker: "oubli dir medium\nversion 1\n"
+//! ROOT/super.a, super.b      superblock slots (replaced by rename)
+//! ROOT/segments/XXXXXXXX.seg one file per segment, id as 8 lowercase hex digits
+//! ```
+//!
+//! Durability follows the trait: appends and deletions become durable at the
+//! next `sync`, which fsyncs every segment file written since the previous
+//! sync and then the directories whose entries changed. Superblock writes go
+//! to `super.X.tmp`, are fsynced and renamed over `super.X`, so a slot is
+//! always either the old or the new content, never torn; the rename itself
+//! becomes durable at the next `sync` (directory fsync).
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use oubli_core::{Medium, SegmentId, Slot};
+
+use crate::util::{
+    check_append_bounds, check_superblock_len, eof, invalid_data, invalid_input, lock_exclusive,
+    not_found,
+};
+
+/// Name of the marker file that says "this directory is an oubli store".
+pub const DIR_MARKER: &str = "oubli-medium";
+/// Content of the marker file (format version 1).
+const DIR_MARKER_V1: &[u8] = b"oubli dir medium\nversion 1\n";
+const SEGMENTS: &str = "segments";
+
+/// Segment files kept open for appending. The engine appends to one or two
+/// segments at a time (log + cleaner), so a handful is plenty.
+const WRITER_CACHE: usize = 4;
+/// Segment files kept open for reading (reads hop between many segments).
+const READER_CACHE: usize = 32;
+
+/// A tiny most-recently-used list; linear search is faster than hashing at
+/// these sizes.
+#[derive(Debug)]
+struct Mru<T> {
+    cap: usize,
+    items: Vec<(SegmentId, T)>,
+}
+
+impl<T> Mru<T> {
+    fn new(cap: usize) -> Self {
+        Mru {
+            cap,
+            items: Vec::with_capacity(cap),
+        }
+    }
+
+    /// Looks `id` up and moves it to the front.
+    fn get(&mut self, id: SegmentId) -> Option<&mut T> {
+        let i = self.items.iter().position(|(k, _)| *k == id)?;
+        let item = self.items.remove(i);
+        self.items.insert(0, item);
+        Some(&mut self.items[0].1)
+    }
+
+    fn insert(&mut self, id: SegmentId, v: T) {
+        self.remove(id);
+        if self.items.len() == self.cap {
+            self.items.pop();
+        }
+        self.items.insert(0, (id, v));
+    }
+
+    fn remove(&mut self, id: SegmentId) -> Option<T> {
+        let i = self.items.iter().position(|(k, _)| *k == id)?;
+        Some(self.items.remove(i).1)
+    }
+}
+
+#[derive(Debug)]
+struct Writer {
+    file: Arc<File>,
+    /// The segment's length as we wrote it; `append` checks against it.
+    len: u64,
+}
+
+#[derive(Debug)]
+struct DirState {
+    writers: Mru<Writer>,
+    readers: Mru<Arc<File>>,
+    /// Segments written since the last successful sync. Kept by id rather
+    /// than by handle so that evicting a handle from the cache does not lose
+    /// the obligation to fsync it (fsync flushes the file, whatever fd).
+    dirty: BTreeSet<SegmentId>,
+    /// `segments/` gained or lost an entry since the last sync.
+    segdir_dirty: bool,
+    /// A superblock was renamed into the root since the last sync.
+    root_dirty: bool,
+}
+
+/// A store kept as a directory of segment files. See module docs.
+#[derive(Debug)]
+pub struct DirMedium {
+    root: PathBuf,
+    segdir: PathBuf,
+    /// Open marker file holding an exclusive advisory lock, so two handles
+    /// (in this or another process) never write the same store.
+    _lock: File,
+    state: Mutex<DirState>,
+}
+
+fn fsync_dir(path: &Path) -> io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
+fn slot_name(slot: Slot) -> &'static str {
+    match slot {
+        Slot::A => "super.a",
+        Slot::B => "super.b",
+    }
+}
+
+/// Parses `XXXXXXXX.seg` (exactly 8 lowercase hex digits).
+fn parse_segment_name(name: &str) -> Option<SegmentId> {
+    let hex = name.strip_suffix(".seg")?;
+    if hex.len() != 8 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u32::from_str_radix(hex, 16).ok()
+}
+
+impl DirMedium {
+    /// Creates a new store at `path` (creating the directory if needed) and
+    /// opens it. An existing directory is accepted if it holds no store (a
+    /// mount point with `lost+found` is fine); one that already holds a
+    /// store fails with `AlreadyExists`.
+    pub fn create(path: impl AsRef<Path>) -> io::Result<DirMedium> {
+        let root = path.as_ref();
+        if root.exists() {
+            if !root.is_dir() {
+                return Err(invalid_input(format!(
+                    "{} exists and is not a directory",
+                    root.display()
+                )));
+            }
+            for name in [DIR_MARKER, SEGMENTS, "super.a", "super.b"] {
+                if root.join(name).exists() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{} already holds an oubli store", root.display()),
+                    ));
+                }
+            }
+        }
+        fs::create_dir_all(root)?;
+        fs::create_dir(root.join(SEGMENTS))?;
+        // The marker goes in last and atomically: a directory with a marker
+        // is a complete (empty) store.
+        let tmp = root.join(format!("{DIR_MARKER}.tmp"));
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(DIR_MARKER_V1)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, root.join(DIR_MARKER))?;
+        fsync_dir(root)?;
+        // Make the directory's own entry durable too (best effort: the
+        // parent may not be ours to open).
+        if let Some(parent) = root.canonicalize()?.parent() {
+            let _ = fsync_dir(parent);
+        }
+        Self::open(root)
+    }
+
+    /// Opens an existing store. Fails with `NotFound` if `path` does not
+    /// exist and `InvalidData` if it is not an oubli directory store (no
+    /// marker, or an unknown format version); `WouldBlock` if another handle
+    /// has it open.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<DirMedium> {
+        let root = path.as_ref();
+        let meta = fs::metadata(root).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot open store {}: {e}", root.display()),
+            )
+        })?;
+        if !meta.is_dir() {
+            return Err(invalid_input(format!(
+                "{} is not a directory",
+                root.display()
+            )));
+        }
+        let root = root.canonicalize()?;
+        let marker_path = root.join(DIR_MARKER);
+        let marker = match fs::read(&marker_path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(invalid_data(format!(
+                    "{} is not an oubli store (no {DIR_MARKER} file)",
+                    root.display()
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        if marker != DIR_MARKER_V1 {
+            return Err(invalid_data(format!(
+                "{}: unrecognised or unsupported {DIR_MARKER} content {:?}",
+                root.display(),
+                String::from_utf8_lossy(&marker)
+            )));
+        }
+        let segdir = root.join(SEGMENTS);
+        if !segdir.is_dir() {
+            return Err(invalid_data(format!(
+                "{} is damaged: {SEGMENTS}/ is missing",
+                root.display()
+            )));
+        }
+        let lock = File::open(&marker_path)?;
+        lock_exclusive(&lock, &format!("store {}", root.display()))?;
+        Ok(DirMedium {
+            root,
+            segdir,
+            _lock: lock,
+            state: Mutex::new(DirState {
+                writers: Mru::new(WRITER_CACHE),
+                readers: Mru::new(READER_CACHE),
+                dirty: BTreeSet::new(),
+                segdir_dirty: false,
+                root_dirty: false,
+            }),
+        })
+    }
+
+    /// The store's directory (canonical).
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    fn seg_path(&self, id: SegmentId) -> PathBuf {
+        self.segdir.join(format!("{id:08x}.seg"))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DirState> {
+        // Every field stays meaningful even if a holder panicked.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens segment `id` for appending at `offset`, checking the offset.
+    fn open_writer(&self, st: &mut DirState, id: SegmentId, offset: u64) -> io::Result<Writer> {
+        let path = self.seg_path(id);
+        if offset == 0 {
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(f) => {
+                    st.segdir_dirty = true;
+                    return Ok(Writer {
+                        file: Arc::new(f),
+                        len: 0,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    not_found(format!("append at {offset} to missing segment {id:08x}"))
+                } else {
+                    e
+                }
+            })?;
+        let len = f.metadata()?.len();
+        Ok(Writer {
+            file: Arc::new(f),
+            len,
+        })
+    }
+
+    /// A handle for reading segment `id` (from a cache when possible).
+    fn reader(&self, id: SegmentId) -> io::Result<Arc<File>> {
+        let mut st = self.lock();
+        if let Some(w) = st.writers.get(id) {
+            return Ok(w.file.clone());
+        }
+        if let Some(f) = st.readers.get(id) {
+            return Ok(f.clone());
+        }
+        let f = File::open(self.seg_path(id)).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                not_found(format!("segment {id:08x} does not exist"))
+            } else {
+                e
+            }
+        })?;
+        let f = Arc::new(f);
+        st.readers.insert(id, f.clone());
+        Ok(f)
+    }
+}
+
+impl Medium for DirMedium {
+    fn describe(&self) -> String {
+        format!("dir:{}", self.root.display())
+    }
+
+    /// 4 GiB - 1: the engine stores offsets as `u32`.
+    fn segment_capacity(&self) -> u64 {
+        u64::from(u32::MAX)
+    }
+
+    fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        check_append_bounds(self.segment_capacity(), offset, data.len())?;
+        let mut st = self.lock();
+        let cached = st.writers.get(id).map(|w| (w.file.clone(), w.len));
+        let (file, len) = match cached {
+            Some(c) => c,
+            None => {
+                let w = self.open_writer(&mut st, id, offset)?;
+                let c = (w.file.clone(), w.len);
+                st.writers.insert(id, w);
+                c
+            }
+        };
+        if len != offset {
+            return Err(invalid_input(format!(
+                "append to segment {id:08x} at {offset}, but its length is {len}"
+            )));
+        }
+        // Mark dirty before writing: even a failed write may have changed
+        // the file, and the next sync should flush whatever landed.
+        st.dirty.insert(id);
+        if let Err(e) = file.write_all_at(data, offset) {
+            // The length is now unknown; reopening re-reads it.
+            st.writers.remove(id);
+            return Err(e);
+        }
+        if let Some(w) = st.writers.get(id) {
+            w.len = offset + data.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let file = self.reader(id)?;
+        file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                eof(format!(
+                    "read of {} bytes at {offset} past the end of segment {id:08x}",
+                    buf.len()
+                ))
+            } else {
+                e
+            }
+        })
+    }
+
+    fn segment_len(&self, id: SegmentId) -> io::Result<Option<u64>> {
+        if let Some(w) = self.lock().writers.get(id) {
+            return Ok(Some(w.len));
+        }
+        match fs::metadata(self.seg_path(id)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list_segments(&self) -> io::Result<Vec<SegmentId>> {
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&self.segdir)? {
+            let entry = entry?;
+            // Anything not named like a segment (editor droppings, ...) is ignored.
+            if let Some(id) = entry.file_name().to_str().and_then(parse_segment_name) {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
+        let mut st = self.lock();
+        st.writers.remove(id);
+        st.readers.remove(id);
+        st.dirty.remove(&id);
+        match fs::remove_file(self.seg_path(id)) {
+            Ok(()) => {
+                st.segdir_dirty = true;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        // The lock is held throughout so that no write can slip between the
+        // flush and the clearing of its dirty flag.
+        let mut st = self.lock();
+        while let Some(&id) = st.dirty.first() {
+            let file = match st.writers.get(id) {
+                Some(w) => Some(w.file.clone()),
+                None => match File::open(self.seg_path(id)) {
+                    Ok(f) => Some(Arc::new(f)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            if let Some(f) = file {
+                // fdatasync also flushes the file size, which is all the
+                // metadata an appended file needs.
+                f.sync_data()?;
+            }
+            st.dirty.remove(&id);
+        }
+        if st.segdir_dirty {
+            fsync_dir(&self.segdir)?;
+            st.segdir_dirty = false;
+        }
+        if st.root_dirty {
+            fsync_dir(&self.root)?;
+            st.root_dirty = false;
+        }
+        Ok(())
+    }
+
+    fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.root.join(slot_name(slot))) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        check_superblock_len(data.len())?;
+        // Serialises with sync() and with another write to the same slot
+        // (which would share the temporary file).
+        let mut st = self.lock();
+        let name = slot_name(slot);
+        let tmp = self.root.join(format!("{name}.tmp"));
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(data)?;
+            // The content must be on disk before the rename can be, or a
+            // crash could leave a renamed but empty slot.
+            f.sync_data()?;
+        }
+        fs::rename(&tmp, self.root.join(name))?;
+        st.root_dirty = true;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, DirMedium) {
+        let dir = tempfile::tempdir().unwrap();
+        let m = DirMedium::create(dir.path().join("store")).unwrap();
+        (dir, m)
+    }
+
+    fn read_all(m: &impl Medium, id: SegmentId) -> Vec<u8> {
+        let len = m.segment_len(id).unwrap().unwrap();
+        let mut buf = vec![0; len as usize];
+        m.read(id, 0, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn round_trip_and_layout() {
+        let (dir, m) = store();
+        m.append(0x1f, 0, b"hello ").unwrap();
+        m.append(0x1f, 6, b"world").unwrap();
+        m.append(2, 0, b"").unwrap();
+        assert_eq!(read_all(&m, 0x1f), b"hello world");
+        assert_eq!(m.segment_len(2).unwrap(), Some(0));
+        assert_eq!(m.segment_len(3).unwrap(), None);
+        assert_eq!(m.list_segments().unwrap(), vec![2, 0x1f]);
+        m.sync().unwrap();
+        let root = dir.path().join("store");
+        assert!(root.join("segments/0000001f.seg").is_file());
+        assert_eq!(fs::read(root.join(DIR_MARKER)).unwrap(), DIR_MARKER_V1);
+        assert_eq!(m.segment_capacity(), 0xffff_ffff);
+        assert!(m.describe().starts_with("dir:/"));
+    }
+
+    #[test]
+    fn append_only_enforced() {
+        let (_d, m) = store();
+        m.append(1, 0, b"abc").unwrap();
+        for off in [0, 2, 4] {
+            assert_eq!(
+                m.append(1, off, b"x").unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        }
+        assert_eq!(
+            m.append(5, 3, b"x").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(
+            m.append(1, 3, &[])
+                .map(|_| m.segment_len(1).unwrap())
+                .unwrap(),
+            Some(3)
+        );
+        assert_eq!(
+            m.append(1, u64::from(u32::MAX), b"x").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        // Offset check also holds for a segment not in the handle cache.
+        for id in 10..20 {
+            m.append(id, 0, b"z").unwrap();
+        }
+        assert_eq!(
+            m.append(1, 0, b"x").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        m.append(1, 3, b"d").unwrap();
+        assert_eq!(read_all(&m, 1), b"abcd");
+    }
+
+    #[test]
+    fn read_errors() {
+        let (_d, m) = store();
+        m.append(1, 0, b"abc").unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(
+            m.read(1, 0, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        assert_eq!(
+            m.read(2, 0, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        let mut buf = [0u8; 2];
+        m.read(1, 1, &mut buf).unwrap();
+        assert_eq!(&buf, b"bc");
+    }
+
+    #[test]
+    fn reopen_after_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        {
+            let m = DirMedium::create(&path).unwrap();
+            m.append(7, 0, b"persist").unwrap();
+            m.write_superblock(Slot::B, b"sb").unwrap();
+            m.sync().unwrap();
+            // A second handle on the same store is refused while this one lives.
+            assert_eq!(
+                DirMedium::open(&path).unwrap_err().kind(),
+                io::ErrorKind::WouldBlock
+            );
+        }
+        let m = DirMedium::open(&path).unwrap();
+        assert_eq!(read_all(&m, 7), b"persist");
+        assert_eq!(m.read_superblock(Slot::B).unwrap().unwrap(), b"sb");
+        assert_eq!(m.read_superblock(Slot::A).unwrap(), None);
+        // Appending continues where the segment ends.
+        m.append(7, 7, b"!").unwrap();
+        assert_eq!(read_all(&m, 7), b"persist!");
+    }
+
+    #[test]
+    fn create_and_open_refuse_wrong_things() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        drop(DirMedium::create(&path).unwrap());
+        assert_eq!(
+            DirMedium::create(&path).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        // Not a store.
+        let plain = dir.path().join("plain");
+        fs::create_dir(&plain).unwrap();
+        let err = DirMedium::open(&plain).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("not an oubli store"), "{err}");
+        assert_eq!(
+            DirMedium::open(dir.path().join("missing"))
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        // An existing non-store directory with unrelated content can be formatted.
+        fs::create_dir(plain.join("lost+found")).unwrap();
+        DirMedium::create(&plain).unwrap();
+        // Wrong version.
+        let other = dir.path().join("v9");
+        drop(DirMedium::create(&other).unwrap());
+        fs::write(other.join(DIR_MARKER), b"oubli dir medium\nversion 9\n").unwrap();
+        assert_eq!(
+            DirMedium::open(&other).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn superblock_slots_independent_and_atomic() {
+        let (dir, m) = store();
+        m.write_superblock(Slot::A, b"a1").unwrap();
+        m.write_superblock(Slot::B, b"b1").unwrap();
+        m.write_superblock(Slot::A, b"a2-longer").unwrap();
+        m.write_superblock(Slot::A, b"a3").unwrap();
+        assert_eq!(m.read_superblock(Slot::A).unwrap().unwrap(), b"a3");
+        assert_eq!(m.read_superblock(Slot::B).unwrap().unwrap(), b"b1");
+        assert!(m.write_superblock(Slot::A, &[0; 4097]).is_err());
+        m.write_superblock(Slot::B, &[9; 4096]).unwrap();
+        m.sync().unwrap();
+        assert!(!dir.path().join("store/super.a.tmp").exists());
+    }
+
+    #[test]
+    fn delete_is_idempotent_and_drops_caches() {
+        let (_d, m) = store();
+        m.append(1, 0, b"abc").unwrap();
+        let mut buf = [0u8; 1];
+        m.read(1, 0, &mut buf).unwrap();
+        m.delete_segment(1).unwrap();
+        m.delete_segment(1).unwrap();
+        m.delete_segment(99).unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), None);
+        assert_eq!(
+            m.read(1, 0, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert!(m.list_segments().unwrap().is_empty());
+        m.sync().unwrap();
+    }
+
+    #[test]
+    fn sync_flushes_evicted_writers() {
+        let (_d, m) = store();
+        for id in 0..(WRITER_CACHE as u32 * 3) {
+            m.append(id, 0, &[id as u8; 100]).unwrap();
+        }
+        assert_eq!(m.lock().dirty.len(), WRITER_CACHE * 3);
+        m.delete_segment(0).unwrap();
+        m.sync().unwrap();
+        let st = m.lock();
+        assert!(st.dirty.is_empty() && !st.segdir_dirty && !st.root_dirty);
+    }
+
+    #[test]
+    fn list_ignores_foreign_files() {
+        let (dir, m) = store();
+        m.append(3, 0, b"x").unwrap();
+        let segs = dir.path().join("store/segments");
+        for name in [
+            "junk",
+            "0000000G.seg",
+            "0000000A.seg",
+            "00000001.seg.tmp",
+            "1.seg",
+        ] {
+            fs::write(segs.join(name), b"").unwrap();
+        }
+        assert_eq!(m.list_segments().unwrap(), vec![3]);
+        assert_eq!(parse_segment_name("ffffffff.seg"), Some(u32::MAX));
+    }
+
+    #[test]
+    fn enospc_is_storage_full() {
+        // A segment file that is really /dev/full makes every write fail
+        // with ENOSPC, which must surface as StorageFull.
+        if !Path::new("/dev/full").exists() {
+            return;
+        }
+        let (dir, m) = store();
+        std::os::unix::fs::symlink("/dev/full", dir.path().join("store/segments/00000001.seg"))
+            .unwrap();
+        let err = m.append(1, 0, b"data").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+    }
+
+    #[test]
+    fn concurrent_appends_and_reads() {
+        let (_d, m) = store();
+        let m = Arc::new(m);
+        let handles: Vec<_> = (0..4u32)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50u64 {
+                        m.append(t, i * 4, &(i as u32).to_le_bytes()).unwrap();
+                        let mut b = [0u8; 4];
+                        m.read(t, i * 4, &mut b).unwrap();
+                        assert_eq!(u32::from_le_bytes(b), i as u32);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        m.sync().unwrap();
+        for t in 0..4 {
+            assert_eq!(m.segment_len(t).unwrap(), Some(200));
+        }
+    }
+}

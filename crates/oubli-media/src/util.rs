@@ -1,0 +1,134 @@
+//! Small shared helpers: a seeded PRNG, a non-cryptographic checksum, error constructors.
+
+use std::io;
+
+/// SplitMix64: tiny, seedable and good enough to pick crash outcomes and
+/// bit flips deterministically. Not for anything secret.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform-ish value in `0..n` (`n > 0`); the modulo bias is irrelevant here.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        debug_assert!(n > 0);
+        self.next_u64() % n
+    }
+
+    pub(crate) fn coin(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+}
+
+/// FNV-1a, 64 bit. Used only to notice torn or foreign headers on the file
+/// medium; integrity against an adversary is the engine's job.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+pub(crate) fn invalid_input(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+pub(crate) fn invalid_data(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+pub(crate) fn eof(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, msg.into())
+}
+
+pub(crate) fn not_found(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, msg.into())
+}
+
+pub(crate) fn storage_full(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::StorageFull, msg.into())
+}
+
+/// Checks the length/offset rules every medium shares for `append`.
+pub(crate) fn check_append_bounds(capacity: u64, offset: u64, len: usize) -> io::Result<()> {
+    let end = offset
+        .checked_add(len as u64)
+        .ok_or_else(|| invalid_input("append: offset overflow"))?;
+    if end > capacity {
+        return Err(invalid_input(format!(
+            "append: segment would reach {end} bytes, capacity is {capacity}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the superblock size limit every medium shares.
+pub(crate) fn check_superblock_len(len: usize) -> io::Result<()> {
+    if len > oubli_core::SUPERBLOCK_MAX {
+        return Err(invalid_input(format!(
+            "superblock of {len} bytes exceeds the {} byte maximum",
+            oubli_core::SUPERBLOCK_MAX
+        )));
+    }
+    Ok(())
+}
+
+/// Maps `File::try_lock`'s error to io::Error, with a message saying why.
+pub(crate) fn lock_exclusive(file: &std::fs::File, what: &str) -> io::Result<()> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{what} is already open (locked by another handle or process)"),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix_is_deterministic() {
+        let mut a = SplitMix64::new(7);
+        let mut b = SplitMix64::new(7);
+        for _ in 0..100 {
+            assert_eq!(a.next_u64(), b.next_u64());
+        }
+        let mut c = SplitMix64::new(8);
+        assert_ne!(SplitMix64::new(7).next_u64(), c.next_u64());
+    }
+
+    #[test]
+    fn fnv_known_value() {
+        // Reference value of FNV-1a 64 for "a".
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+    }
+
+    #[test]
+    fn bounds() {
+        assert!(check_append_bounds(10, 5, 5).is_ok());
+        assert_eq!(
+            check_append_bounds(10, 5, 6).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert!(check_append_bounds(u64::MAX, u64::MAX, 1).is_err());
+        assert!(check_superblock_len(4096).is_ok());
+        assert!(check_superblock_len(4097).is_err());
+    }
+}

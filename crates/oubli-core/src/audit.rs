@@ -40,6 +40,8 @@ pub struct Recovered {
 #[derive(Default)]
 pub struct Recovery {
     pub epochs_opened: BTreeSet<u64>,
+    /// Cell size of the store (from the superblocks opened), 0 if none opened.
+    pub cell_size: u32,
     pub nodes_opened: usize,
     pub units: Vec<Recovered>,
     /// Units that were referenced but did not open (missing or corrupt).
@@ -47,6 +49,34 @@ pub struct Recovery {
 }
 
 impl Recovery {
+    /// Each object as the adversary can reassemble it from one source
+    /// (the tree or log of one epoch): cells laid out at their offsets, holes
+    /// as zeros. Data that spans cells is only visible this way.
+    pub fn images(&self) -> Vec<((u64, Source), Vec<u8>)> {
+        let mut grouped: std::collections::BTreeMap<(u64, Source), Vec<&Recovered>> =
+            Default::default();
+        for u in &self.units {
+            grouped.entry((u.oid, u.source)).or_default().push(u);
+        }
+        let cs = self.cell_size as u64;
+        grouped
+            .into_iter()
+            .map(|(k, units)| {
+                let end = units
+                    .iter()
+                    .map(|u| u.cell * cs + u.start as u64 + u.plaintext.len() as u64)
+                    .max()
+                    .unwrap_or(0);
+                let mut image = vec![0u8; end as usize];
+                for u in units {
+                    let at = (u.cell * cs + u.start as u64) as usize;
+                    image[at..at + u.plaintext.len()].copy_from_slice(&u.plaintext);
+                }
+                (k, image)
+            })
+            .collect()
+    }
+
     /// Whether any recovered plaintext contains `needle`.
     pub fn contains(&self, needle: &[u8]) -> bool {
         !needle.is_empty()
@@ -103,9 +133,17 @@ pub fn recover(
                 continue;
             }
             out.epochs_opened.insert(header.epoch);
+            out.cell_size = body.cell_size;
             let source = Source::Tree(header.epoch);
             if let Some((root, level)) = &body.root {
-                walk(&ctx, &Child::Disk(root.clone()), *level, source, &mut out, &mut seen_units);
+                walk(
+                    &ctx,
+                    &Child::Disk(root.clone()),
+                    *level,
+                    source,
+                    &mut out,
+                    &mut seen_units,
+                );
             }
             // The epoch's intent log.
             let mut offset = 0u64;
@@ -120,7 +158,10 @@ pub fn recover(
                     break;
                 }
                 let mut sealed = vec![0u8; len as usize];
-                if medium.read(body.log_segment, offset + 4, &mut sealed).is_err() {
+                if medium
+                    .read(body.log_segment, offset + 4, &mut sealed)
+                    .is_err()
+                {
                     break;
                 }
                 let Some(ops) = log::open_frame(
@@ -135,7 +176,15 @@ pub fn recover(
                 };
                 for op in ops {
                     if let log::Op::PutCell { oid, cell, cref } = op {
-                        open_cell(&ctx, oid, cell, &cref, Source::Log(header.epoch), &mut out, &mut seen_units);
+                        open_cell(
+                            &ctx,
+                            oid,
+                            cell,
+                            &cref,
+                            Source::Log(header.epoch),
+                            &mut out,
+                            &mut seen_units,
+                        );
                     }
                 }
                 offset += 4 + len;

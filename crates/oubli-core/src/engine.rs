@@ -6,11 +6,13 @@ use crate::log::{self, Op};
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
-    addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node,
-    NodePtr, NodeSource, ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
+    addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node, NodePtr,
+    NodeSource, ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
 };
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
-use oubli_crypto::{CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN};
+use oubli_crypto::{
+    CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN,
+};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -161,7 +163,9 @@ impl NodeCache {
             self.bytes += size;
         }
         while self.bytes > self.limit {
-            let Some(old) = self.order.pop_front() else { break };
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
             if let Some((_, s)) = self.map.remove(&old) {
                 self.bytes -= s;
             }
@@ -807,6 +811,18 @@ impl Store {
     }
 }
 
+impl Drop for Store {
+    /// Flushes buffered writes, like closing a file: dropping a store loses
+    /// nothing that was written through it. Errors cannot be reported here;
+    /// call [`Store::flush`] or [`Store::commit`] to see them.
+    fn drop(&mut self) {
+        let e = self.engine.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !e.read_only && e.poisoned.is_none() {
+            let _ = e.flush();
+        }
+    }
+}
+
 /// What fsck found.
 #[derive(Debug, Clone, Default)]
 pub struct FsckReport {
@@ -844,7 +860,9 @@ impl Engine {
         }
         if let Some(why) = &self.poisoned {
             return Err(Error::Io {
-                context: format!("an earlier write to the medium failed ({why}); reopen the store to recover"),
+                context: format!(
+                    "an earlier write to the medium failed ({why}); reopen the store to recover"
+                ),
                 source: std::io::Error::other("store poisoned"),
             });
         }
@@ -1130,7 +1148,8 @@ impl Engine {
                 let lo = (cell_base + start as u64).max(pos);
                 let hi = (cell_base + start as u64 + bytes.len() as u64).min(stop);
                 if lo < hi {
-                    let src = &bytes[(lo - cell_base - start as u64) as usize..][..(hi - lo) as usize];
+                    let src =
+                        &bytes[(lo - cell_base - start as u64) as usize..][..(hi - lo) as usize];
                     out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
                 }
             }
@@ -1231,7 +1250,9 @@ impl Engine {
         self.writable()?;
         self.record(oid)?;
         if oid == ROOT_DIR {
-            return Err(Error::Invalid("the root directory cannot be deleted".into()));
+            return Err(Error::Invalid(
+                "the root directory cannot be deleted".into(),
+            ));
         }
         let doomed: Vec<(u64, u64)> = self
             .dirty
@@ -1259,7 +1280,8 @@ impl Engine {
             }
             Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Ok(()),
             Ok(_) => {
-                self.poisoned = Some("the vault holds a key from neither the current nor the new epoch".into());
+                self.poisoned =
+                    Some("the vault holds a key from neither the current nor the new epoch".into());
                 Err(Error::VaultStateUnknown(why))
             }
             Err(e) => {
@@ -1303,7 +1325,11 @@ impl Engine {
         if self.log_offset + frame.len() as u64 > self.ctx.medium.segment_capacity() {
             return self.commit();
         }
-        if let Err(e) = self.ctx.medium.append(self.log_segment, self.log_offset, &frame) {
+        if let Err(e) = self
+            .ctx
+            .medium
+            .append(self.log_segment, self.log_offset, &frame)
+        {
             return self.poison("appending to the intent log", e);
         }
         self.sync("syncing the intent log")?;
@@ -1319,7 +1345,10 @@ impl Engine {
         let mut applied = 0;
         loop {
             let mut len = [0u8; 4];
-            if medium.read(self.log_segment, self.log_offset, &mut len).is_err() {
+            if medium
+                .read(self.log_segment, self.log_offset, &mut len)
+                .is_err()
+            {
                 break;
             }
             let len = u32::from_le_bytes(len) as u64;
@@ -1333,8 +1362,6 @@ impl Engine {
             {
                 break;
             }
-            // A frame that does not authenticate is the torn tail of the last,
-            // unacknowledged flush: the log ends there.
             let Some(ops) = log::open_frame(
                 &*self.ctx.provider,
                 &self.epoch_key,
@@ -1343,6 +1370,16 @@ impl Engine {
                 self.log_seq,
                 sealed,
             ) else {
+                // A frame that does not authenticate is normally the torn tail
+                // of the last, unacknowledged flush, and the log ends there.
+                // If the frame after it opens, it was not the tail: an
+                // acknowledged batch was damaged, and that must be reported.
+                if self.next_frame_opens(self.log_offset + 4 + len, self.log_seq + 1) {
+                    return Err(Error::Corrupt(format!(
+                        "intent log batch {} of epoch {} (segment {} offset {})",
+                        self.log_seq, self.epoch, self.log_segment, self.log_offset
+                    )));
+                }
                 break;
             };
             for op in ops {
@@ -1353,6 +1390,31 @@ impl Engine {
             applied += 1;
         }
         Ok(applied)
+    }
+
+    fn next_frame_opens(&self, offset: u64, seq: u64) -> bool {
+        let medium = &self.ctx.medium;
+        let mut len = [0u8; 4];
+        if medium.read(self.log_segment, offset, &mut len).is_err() {
+            return false;
+        }
+        let len = u32::from_le_bytes(len) as u64;
+        if len < TAG_LEN as u64 || len > medium.segment_capacity() {
+            return false;
+        }
+        let mut sealed = vec![0u8; len as usize];
+        medium
+            .read(self.log_segment, offset + 4, &mut sealed)
+            .is_ok()
+            && log::open_frame(
+                &*self.ctx.provider,
+                &self.epoch_key,
+                &self.store_id,
+                self.epoch,
+                seq,
+                sealed,
+            )
+            .is_some()
     }
 
     fn maybe_commit(&mut self) {
@@ -1443,7 +1505,9 @@ impl Engine {
                 }
                 // The vault still holds the current key: the epoch stays open,
                 // the intent log keeps every flushed write, a retry will commit.
-                Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Err(Error::Vault(e)),
+                Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => {
+                    Err(Error::Vault(e))
+                }
                 _ => {
                     self.vault_unknown = Some((next, slot, new_log, why.clone()));
                     Err(Error::VaultStateUnknown(why))
@@ -1545,10 +1609,14 @@ impl Engine {
         for (oid, cell, c) in cells {
             report.cells += 1;
             match sizes.get(&oid) {
-                None => report.problems.push(format!("cell {cell} belongs to missing object {oid}")),
-                Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => report
+                None => report
                     .problems
-                    .push(format!("cell {cell} of object {oid} lies beyond its size {size}")),
+                    .push(format!("cell {cell} belongs to missing object {oid}")),
+                Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => {
+                    report.problems.push(format!(
+                        "cell {cell} of object {oid} lies beyond its size {size}"
+                    ))
+                }
                 _ => {}
             }
             if let Err(e) = self.read_cell(oid, cell, &c) {

@@ -27,7 +27,9 @@ pub enum Error {
     Rollback { found: Vec<u64>, vault: u64 },
     #[error("the vault is at epoch {vault} but the medium only holds epochs {found:?}: the vault was replaced by an older copy or belongs to a newer copy of the store")]
     VaultBehind { found: Vec<u64>, vault: u64 },
-    #[error("integrity failure: {0} does not authenticate (corrupted, truncated or tampered medium)")]
+    #[error(
+        "integrity failure: {0} does not authenticate (corrupted, truncated or tampered medium)"
+    )]
     Corrupt(String),
     #[error("unsupported format version {0}")]
     Version(u16),

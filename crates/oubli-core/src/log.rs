@@ -15,18 +15,43 @@ use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 /// epoch's committed tree reproduces every flushed state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    PutCell { oid: u64, cell: u64, cref: CellRef },
-    DropCell { oid: u64, cell: u64 },
+    PutCell {
+        oid: u64,
+        cell: u64,
+        cref: CellRef,
+    },
+    DropCell {
+        oid: u64,
+        cell: u64,
+    },
     /// Drop every cell with index >= `from`.
-    DropCellsFrom { oid: u64, from: u64 },
-    SetObject { oid: u64, record: ObjectRecord },
+    DropCellsFrom {
+        oid: u64,
+        from: u64,
+    },
+    SetObject {
+        oid: u64,
+        record: ObjectRecord,
+    },
     /// Drop the object with all its cells and names.
-    DeleteObject { oid: u64 },
+    DeleteObject {
+        oid: u64,
+    },
     /// Replace the bucket of directory `dir` for name hash `hash` (empty = remove).
-    PutNames { dir: u64, hash: u64, bucket: NameBucket },
+    PutNames {
+        dir: u64,
+        hash: u64,
+        bucket: NameBucket,
+    },
 }
 
-fn batch_key(provider: &dyn CryptoProvider, epoch_key: &SecretKey, store_id: &StoreId, epoch: u64, seq: u64) -> SecretKey {
+fn batch_key(
+    provider: &dyn CryptoProvider,
+    epoch_key: &SecretKey,
+    store_id: &StoreId,
+    epoch: u64,
+    seq: u64,
+) -> SecretKey {
     let mut ctx = store_id.to_vec();
     ctx.extend_from_slice(&epoch.to_le_bytes());
     ctx.extend_from_slice(&seq.to_le_bytes());

@@ -77,7 +77,8 @@ pub fn parse_header(bytes: &[u8]) -> Result<Option<(Header, usize)>> {
             sealed_len,
         ))
     };
-    let (h, sealed_len) = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock header: {e}")))?;
+    let (h, sealed_len) =
+        parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock header: {e}")))?;
     Ok(Some((h, sealed_len)))
 }
 
@@ -106,13 +107,21 @@ pub fn seal(
     w.u64(body.committed_at);
     let mut sealed = w.buf;
     let aad = encode_header(header, (sealed.len() + oubli_crypto::TAG_LEN) as u32);
-    provider.seal(&superblock_key(provider, epoch_key, header), &aad, &mut sealed);
+    provider.seal(
+        &superblock_key(provider, epoch_key, header),
+        &aad,
+        &mut sealed,
+    );
     let mut out = aad;
     out.extend_from_slice(&sealed);
     out
 }
 
-pub fn open(provider: &dyn CryptoProvider, epoch_key: &SecretKey, bytes: &[u8]) -> Result<(Header, Body)> {
+pub fn open(
+    provider: &dyn CryptoProvider,
+    epoch_key: &SecretKey,
+    bytes: &[u8],
+) -> Result<(Header, Body)> {
     let (header, sealed_len) =
         parse_header(bytes)?.ok_or_else(|| Error::Corrupt("superblock magic".into()))?;
     if header.version != FORMAT_VERSION {

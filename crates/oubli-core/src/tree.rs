@@ -518,7 +518,10 @@ fn rebalance(
     Ok(())
 }
 
-fn persist_rec(child: &mut Child, sink: &mut dyn FnMut(&Arc<Node>) -> Result<NodePtr>) -> Result<()> {
+fn persist_rec(
+    child: &mut Child,
+    sink: &mut dyn FnMut(&Arc<Node>) -> Result<NodePtr>,
+) -> Result<()> {
     let Child::Mem(node) = child else {
         return Ok(());
     };
@@ -574,7 +577,14 @@ fn rewrite_rec(
         Node::Inner(level, children) => {
             let mut child_freed = Vec::new();
             for (_, c) in children.iter_mut() {
-                changed |= rewrite_rec(c, *level - 1, src, &mut child_freed, rewrite_node, rewrite_value)?;
+                changed |= rewrite_rec(
+                    c,
+                    *level - 1,
+                    src,
+                    &mut child_freed,
+                    rewrite_node,
+                    rewrite_value,
+                )?;
             }
             freed.extend(child_freed);
         }
@@ -700,10 +710,20 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                 return Err(DecodeError("delta without predecessor"));
             }
             let (pk, paddr) = prev.unwrap_or((Key::MIN, 0));
-            let oid = if flags & F_SAME_OID != 0 { pk.oid } else { r.varint()? };
-            let kind = if flags & F_SAME_KIND != 0 { pk.kind } else { r.u8()? };
+            let oid = if flags & F_SAME_OID != 0 {
+                pk.oid
+            } else {
+                r.varint()?
+            };
+            let kind = if flags & F_SAME_KIND != 0 {
+                pk.kind
+            } else {
+                r.u8()?
+            };
             let off = if flags & F_NEXT_OFF != 0 {
-                pk.off.checked_add(1).ok_or(DecodeError("offset overflow"))?
+                pk.off
+                    .checked_add(1)
+                    .ok_or(DecodeError("offset overflow"))?
             } else {
                 r.varint()?
             };
@@ -717,7 +737,11 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                 KIND_CELL => {
                     let start = u32::try_from(r.varint()?).map_err(|_| DecodeError("start"))?;
                     let len = u32::try_from(r.varint()?).map_err(|_| DecodeError("len"))?;
-                    let addr = if flags & F_NEXT_ADDR != 0 { paddr } else { r.varint()? };
+                    let addr = if flags & F_NEXT_ADDR != 0 {
+                        paddr
+                    } else {
+                        r.varint()?
+                    };
                     let c = CellRef {
                         start,
                         len,

@@ -25,5 +25,7 @@ pub use location::{create_medium, open_medium};
 pub use mem::{MemMedium, TearMode};
 pub use op::Op;
 pub use recording::RecordingMedium;
+/// Seedable, deterministic, NOT secure: picks crash outcomes and test workloads.
+pub use util::SplitMix64;
 
 pub use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};

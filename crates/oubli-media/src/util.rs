@@ -5,14 +5,14 @@ use std::io;
 /// SplitMix64: tiny, seedable and good enough to pick crash outcomes and
 /// bit flips deterministically. Not for anything secret.
 #[derive(Debug, Clone)]
-pub(crate) struct SplitMix64(u64);
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -21,12 +21,12 @@ impl SplitMix64 {
     }
 
     /// Uniform-ish value in `0..n` (`n > 0`); the modulo bias is irrelevant here.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         debug_assert!(n > 0);
         self.next_u64() % n
     }
 
-    pub(crate) fn coin(&mut self) -> bool {
+    pub fn coin(&mut self) -> bool {
         self.next_u64() & 1 == 1
     }
 }

@@ -1,0 +1,67 @@
+//! Property test: random operations, clean reopens and crashes, always compared with the reference model.
+
+use oubli_core::{Medium, Store};
+use oubli_media::{MemMedium, TearMode};
+use oubli_testkit::harness;
+use oubli_testkit::workload::{Runner, Step};
+use proptest::prelude::*;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+enum Action {
+    Do(Step),
+    /// Drop the store (which flushes) and open it again: nothing is lost.
+    Reopen,
+    /// Power cut: only what the last flush or commit acknowledged survives.
+    Crash,
+}
+
+const MAX: u64 = 40_000;
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        2 => Just(Action::Do(Step::Create)),
+        6 => (any::<u32>(), 0..MAX, 1..12_000u32).prop_map(|(pick, off, len)| Action::Do(Step::Write { pick, off, len })),
+        2 => (any::<u32>(), 0..MAX).prop_map(|(pick, size)| Action::Do(Step::Truncate { pick, size })),
+        2 => (any::<u32>(), 0..MAX, 0..20_000u64).prop_map(|(pick, off, len)| Action::Do(Step::Punch { pick, off, len })),
+        1 => any::<u32>().prop_map(|pick| Action::Do(Step::Delete { pick })),
+        2 => Just(Action::Do(Step::Flush)),
+        1 => Just(Action::Do(Step::Commit)),
+        1 => Just(Action::Reopen),
+        1 => Just(Action::Crash),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_matches_model(actions in proptest::collection::vec(action(), 1..80), seed in any::<u64>()) {
+        let options = harness::options(seed);
+        let mut medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
+        let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+        let mut store = Some(store);
+        let mut runner = Runner::default();
+        for a in &actions {
+            match a {
+                Action::Do(step) => runner.step(store.as_ref().unwrap(), step).unwrap(),
+                Action::Reopen => {
+                    drop(store.take());
+                    runner.acked = runner.model.clone();
+                    store = Some(Store::open(medium.clone() as Arc<dyn Medium>, vault.clone(), options.clone()).unwrap());
+                }
+                Action::Crash => {
+                    let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, seed));
+                    let reopened = Store::open(crashed.clone() as Arc<dyn Medium>, vault.clone(), options.clone()).unwrap();
+                    // The old handle is abandoned; its drop-time flush goes to the dead medium.
+                    drop(store.replace(reopened));
+                    medium = crashed;
+                    runner.model = runner.acked.clone();
+                }
+            }
+            if let Some(diff) = runner.model.diff(store.as_ref().unwrap()) {
+                panic!("after {a:?}: {diff}");
+            }
+        }
+    }
+}

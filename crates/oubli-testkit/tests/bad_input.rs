@@ -1,0 +1,355 @@
+//! Bad input: flipped bits, truncated or swapped segments, rolled-back superblocks, wrong passwords and broken vaults — each a specific error, never data.
+
+use oubli_core::{CreateOptions, EpochPolicy, Error, Medium, Options, Store, Vault, VaultError};
+use oubli_crypto::{RingProvider, SecretBytes};
+use oubli_media::{DirMedium, FaultMedium, ReadFault, ReadTarget};
+use oubli_testkit::marker;
+use oubli_vault::{FileVault, KdfParams, MemoryVault};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: PathBuf,
+    vault: PathBuf,
+}
+
+fn password() -> SecretBytes {
+    SecretBytes::new(b"correct horse battery staple".to_vec())
+}
+
+fn options() -> Options {
+    Options {
+        policy: EpochPolicy::manual(),
+        ..Options::default()
+    }
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let vault = dir.path().join("vault");
+        let medium = Arc::new(DirMedium::create(&store).unwrap());
+        let vault_path = vault.clone();
+        Store::create(
+            medium,
+            |record| {
+                FileVault::create(
+                    &vault_path,
+                    &password(),
+                    KdfParams::testing(),
+                    record,
+                    Arc::new(RingProvider::new()),
+                )
+                .map_err(Error::from)
+            },
+            CreateOptions::default(),
+            options(),
+        )
+        .unwrap();
+        Fixture {
+            _dir: dir,
+            store,
+            vault,
+        }
+    }
+
+    fn open_with(&self, password: &SecretBytes) -> Result<Store, Error> {
+        let vault = FileVault::open(&self.vault, password, Arc::new(RingProvider::new()))?;
+        let medium = DirMedium::open(&self.store).map_err(|e| Error::Invalid(e.to_string()))?;
+        Store::open(Arc::new(medium), Arc::new(vault), options())
+    }
+
+    fn open(&self) -> Result<Store, Error> {
+        self.open_with(&password())
+    }
+
+    /// Writes `len` marked bytes to a new object named `name`, commits; returns (oid, data).
+    fn put(&self, name: &[u8], write_id: u64, len: usize) -> (u64, Vec<u8>) {
+        let store = self.open().unwrap();
+        let oid = store.create_object(b"").unwrap();
+        store.link(oubli_core::ROOT_DIR, name, oid).unwrap();
+        let data = marker::data(write_id, len);
+        store.write(oid, 0, &data).unwrap();
+        store.commit().unwrap();
+        (oid, data)
+    }
+
+    fn segments(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.store.join("segments"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn flip(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0x10;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Opens and reads `oid`: either the exact data or a `Corrupt` error; anything else fails the test.
+fn read_is_exact_or_corrupt(f: &Fixture, oid: u64, data: &[u8]) -> bool {
+    let result = f.open().and_then(|s| s.read(oid, 0, data.len()));
+    match result {
+        Ok(got) => {
+            assert_eq!(got, data, "wrong data returned instead of an error");
+            false
+        }
+        Err(Error::Corrupt(_)) => true,
+        Err(e) => panic!("expected an integrity error, got: {e}"),
+    }
+}
+
+#[test]
+fn flipped_bit_in_a_data_cell_is_an_integrity_error() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 100_000);
+    let seg = f
+        .segments()
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    flip(&seg, 1000);
+    assert!(read_is_exact_or_corrupt(&f, oid, &data));
+}
+
+#[test]
+fn flipped_bit_in_a_tree_node_is_an_integrity_error() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 100_000);
+    // The root node is the last unit a commit appends.
+    let seg = f
+        .segments()
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    flip(&seg, len - 20);
+    assert!(read_is_exact_or_corrupt(&f, oid, &data));
+}
+
+#[test]
+fn every_flipped_byte_of_the_medium_is_detected_or_harmless() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 40_000);
+    let seg = f
+        .segments()
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let pristine = std::fs::read(&seg).unwrap();
+    let mut detected = 0;
+    for offset in (0..pristine.len() as u64).step_by(97) {
+        flip(&seg, offset);
+        detected += read_is_exact_or_corrupt(&f, oid, &data) as usize;
+        std::fs::write(&seg, &pristine).unwrap();
+    }
+    // Every byte of this segment belongs to a live unit: every flip must be caught.
+    assert_eq!(detected, pristine.len().div_ceil(97));
+}
+
+#[test]
+fn truncated_segment_is_an_integrity_error() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 100_000);
+    for seg in f.segments() {
+        let len = std::fs::metadata(&seg).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+    }
+    assert!(read_is_exact_or_corrupt(&f, oid, &data));
+}
+
+#[test]
+fn missing_segment_is_an_integrity_error() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 100_000);
+    for seg in f.segments() {
+        std::fs::remove_file(seg).unwrap();
+    }
+    assert!(read_is_exact_or_corrupt(&f, oid, &data));
+}
+
+#[test]
+fn swapped_segments_are_an_integrity_error() {
+    let f = Fixture::new();
+    let (a, data_a) = f.put(b"a", 1, 60_000);
+    let (b, data_b) = f.put(b"b", 2, 60_000);
+    let segs = f.segments();
+    assert!(segs.len() >= 2, "{segs:?}");
+    let tmp = f.store.join("swap.tmp");
+    std::fs::rename(&segs[0], &tmp).unwrap();
+    std::fs::rename(&segs[1], &segs[0]).unwrap();
+    std::fs::rename(&tmp, &segs[1]).unwrap();
+    let a_caught = read_is_exact_or_corrupt(&f, a, &data_a);
+    let b_caught = read_is_exact_or_corrupt(&f, b, &data_b);
+    assert!(a_caught || b_caught, "a swap went unnoticed");
+}
+
+#[test]
+fn superblock_rolled_back_to_an_older_one_is_refused() {
+    let f = Fixture::new();
+    f.put(b"a", 1, 10_000);
+    let old_a = std::fs::read(f.store.join("super.a")).unwrap();
+    let old_b = std::fs::read(f.store.join("super.b")).unwrap();
+    f.put(b"b", 2, 10_000);
+    f.put(b"c", 3, 10_000);
+    std::fs::write(f.store.join("super.a"), old_a).unwrap();
+    std::fs::write(f.store.join("super.b"), old_b).unwrap();
+    match f.open() {
+        Err(Error::Rollback { vault, found }) => assert!(found.iter().all(|e| *e < vault)),
+        Err(e) => panic!("expected a rollback error, got {e}"),
+        Ok(_) => panic!("a rolled-back superblock was accepted"),
+    }
+}
+
+#[test]
+fn corrupted_superblock_is_an_integrity_error() {
+    let f = Fixture::new();
+    f.put(b"a", 1, 10_000);
+    for slot in ["super.a", "super.b"] {
+        let p = f.store.join(slot);
+        let len = std::fs::metadata(&p).unwrap().len();
+        flip(&p, len - 3);
+    }
+    assert!(matches!(f.open(), Err(Error::Corrupt(_))));
+}
+
+#[test]
+fn wrong_password_is_refused_and_changes_nothing() {
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 10_000);
+    let before = std::fs::read(&f.vault).unwrap();
+    let wrong = SecretBytes::new(b"Tr0ub4dor&3".to_vec());
+    assert!(matches!(
+        f.open_with(&wrong),
+        Err(Error::Vault(VaultError::WrongPassword))
+    ));
+    assert_eq!(std::fs::read(&f.vault).unwrap(), before);
+    assert_eq!(f.open().unwrap().read(oid, 0, data.len()).unwrap(), data);
+}
+
+#[test]
+fn missing_vault_is_reported() {
+    let f = Fixture::new();
+    std::fs::remove_file(&f.vault).unwrap();
+    assert!(matches!(
+        f.open(),
+        Err(Error::Vault(VaultError::Missing(_)))
+    ));
+}
+
+#[test]
+fn corrupted_vault_is_reported() {
+    let f = Fixture::new();
+    let mut bytes = std::fs::read(&f.vault).unwrap();
+    for b in bytes.iter_mut().step_by(7) {
+        *b ^= 0xff;
+    }
+    std::fs::write(&f.vault, bytes).unwrap();
+    assert!(matches!(
+        f.open(),
+        Err(Error::Vault(VaultError::Corrupt(_)))
+    ));
+}
+
+#[test]
+fn vault_of_another_store_is_refused() {
+    let f = Fixture::new();
+    let g = Fixture::new();
+    std::fs::copy(&g.vault, &f.vault).unwrap();
+    assert!(matches!(f.open(), Err(Error::WrongVault)));
+}
+
+#[test]
+fn bit_flips_on_read_are_errors_not_data() {
+    let medium = Arc::new(FaultMedium::new(oubli_media::MemMedium::new()));
+    let vault = Arc::new(MemoryVault::empty());
+    let v = vault.clone();
+    let store = Store::create(
+        medium.clone() as Arc<dyn Medium>,
+        move |r| {
+            v.store(r)?;
+            Ok(v)
+        },
+        CreateOptions::default(),
+        options(),
+    )
+    .unwrap();
+    let oid = store.create_object(b"").unwrap();
+    let data = marker::data(9, 70_000);
+    store.write(oid, 0, &data).unwrap();
+    store.commit().unwrap();
+    drop(store);
+    medium.set_read_fault(ReadTarget::Segments, Some(ReadFault::FlipBit));
+    match Store::open(medium.clone() as Arc<dyn Medium>, vault, options())
+        .and_then(|s| s.read(oid, 0, data.len()))
+    {
+        Err(Error::Corrupt(_)) => {}
+        Err(e) => panic!("expected an integrity error, got {e}"),
+        Ok(_) => panic!("flipped bits returned as data"),
+    }
+}
+
+#[test]
+fn damaged_acknowledged_log_batch_is_reported_but_a_torn_tail_is_not() {
+    let mut f = Fixture::new();
+    let store = f.open().unwrap();
+    let oid = store.create_object(b"").unwrap();
+    for i in 0..3 {
+        store
+            .write(oid, i * 10_000, &marker::data(i + 1, 10_000))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    // A power cut right after the third flush: the store directory as it is now.
+    let crashed = f.store.with_file_name("crashed");
+    copy_dir(&f.store, &crashed);
+    std::fs::remove_file(crashed.join("lock")).ok();
+    drop(store);
+    f.store = crashed;
+    // The log segment starts with the (small) length of its first frame.
+    let log = f
+        .segments()
+        .into_iter()
+        .find(|p| {
+            let b = std::fs::read(p).unwrap();
+            b.len() > 4 && u32::from_le_bytes(b[..4].try_into().unwrap()) < 4096
+        })
+        .expect("log segment");
+    let pristine = std::fs::read(&log).unwrap();
+    // Damage the first batch: the ones after it still open, so this is corruption.
+    flip(&log, 10);
+    assert!(matches!(f.open(), Err(Error::Corrupt(_))));
+    // Tear the last batch: an unacknowledged tail, the store opens without it.
+    std::fs::write(&log, &pristine[..pristine.len() - 5]).unwrap();
+    let store = f.open().unwrap();
+    assert_eq!(store.size(oid).unwrap(), 20_000);
+    assert_eq!(
+        store.read(oid, 0, 20_000).unwrap()[..10_000],
+        marker::data(1, 10_000)[..]
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

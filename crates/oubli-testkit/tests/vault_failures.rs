@@ -1,0 +1,173 @@
+//! A vault that fails, is unreachable or returns garbage at commit time never costs data.
+
+use oubli_core::{Error, Medium, Store, Vault};
+use oubli_media::{MemMedium, RecordingMedium, TearMode};
+use oubli_testkit::workload::{Runner, Step};
+use oubli_testkit::{harness, Adversary};
+use oubli_vault::{FlakyVault, MemoryVault};
+use std::sync::Arc;
+
+struct Setup {
+    medium: Arc<RecordingMedium<MemMedium>>,
+    vault: Arc<FlakyVault<MemoryVault>>,
+    store: Store,
+    runner: Runner,
+    options: oubli_core::Options,
+}
+
+fn setup() -> Setup {
+    let options = harness::options(5);
+    let medium = Arc::new(RecordingMedium::new(MemMedium::new()));
+    let vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
+    let v = vault.clone();
+    let store = Store::create(
+        medium.clone() as Arc<dyn Medium>,
+        move |r| {
+            v.store(r)?;
+            Ok(v)
+        },
+        oubli_core::CreateOptions {
+            cell_size: harness::TEST_CELL,
+        },
+        options.clone(),
+    )
+    .unwrap();
+    let mut runner = Runner::default();
+    for step in [
+        Step::Create,
+        Step::Write {
+            pick: 0,
+            off: 0,
+            len: 30_000,
+        },
+        Step::Create,
+        Step::Write {
+            pick: 1,
+            off: 0,
+            len: 30_000,
+        },
+        Step::Commit,
+        Step::Delete { pick: 0 },
+        Step::Write {
+            pick: 0,
+            off: 5_000,
+            len: 10_000,
+        },
+        Step::Flush,
+    ] {
+        runner.step(&store, &step).unwrap();
+    }
+    Setup {
+        medium,
+        vault,
+        store,
+        runner,
+        options,
+    }
+}
+
+impl Setup {
+    /// Cuts the power now and reopens; checks the acknowledged state.
+    fn crash_and_reopen(&self) -> Store {
+        let crashed = Arc::new(self.medium.inner().crash(TearMode::DropUnsynced, 1));
+        let store = Store::open(
+            crashed as Arc<dyn Medium>,
+            self.vault.clone(),
+            self.options.clone(),
+        )
+        .unwrap();
+        assert_eq!(self.runner.acked.diff(&store), None);
+        store
+    }
+
+    fn assert_erased(&self) {
+        let adversary = Adversary::seize(&self.medium);
+        let current = self.vault.load().unwrap();
+        let recovered = adversary.recovered_markers(&[current], self.options.provider.clone());
+        assert!(recovered.is_disjoint(&self.runner.erased));
+    }
+}
+
+#[test]
+fn failed_vault_write_keeps_the_epoch_open_and_loses_nothing() {
+    let mut s = setup();
+    let epoch = s.store.epoch();
+    s.vault.fail_next_stores(1);
+    assert!(matches!(s.store.commit(), Err(Error::Vault(_))));
+    assert_eq!(s.store.epoch(), epoch, "the epoch stays open");
+    // Writes go on and are durable while the commit is pending.
+    s.runner
+        .step(
+            &s.store,
+            &Step::Write {
+                pick: 0,
+                off: 0,
+                len: 4_000,
+            },
+        )
+        .unwrap();
+    s.runner.step(&s.store, &Step::Flush).unwrap();
+    drop(s.crash_and_reopen());
+    // The retry commits, and only then is the deletion erased.
+    s.runner.step(&s.store, &Step::Commit).unwrap();
+    assert_eq!(s.store.epoch(), epoch + 1);
+    s.assert_erased();
+}
+
+#[test]
+fn vault_written_but_reporting_failure_counts_as_committed() {
+    let mut s = setup();
+    let epoch = s.store.epoch();
+    s.vault.fail_after_write_next_store();
+    s.runner.step(&s.store, &Step::Commit).unwrap();
+    assert_eq!(s.store.epoch(), epoch + 1);
+    s.assert_erased();
+    // Crash during that rotation: the store opens at the new epoch.
+    let reopened = s.crash_and_reopen();
+    assert_eq!(reopened.epoch(), epoch + 1);
+}
+
+#[test]
+fn unreachable_vault_blocks_durability_until_it_answers() {
+    let mut s = setup();
+    let epoch = s.store.epoch();
+    s.vault.unavailable(true);
+    assert!(matches!(s.store.commit(), Err(Error::VaultStateUnknown(_))));
+    // A flush now could be lost (the vault may hold the next key): refused, not acknowledged.
+    s.runner
+        .step(
+            &s.store,
+            &Step::Write {
+                pick: 0,
+                off: 0,
+                len: 100,
+            },
+        )
+        .unwrap();
+    assert!(matches!(s.store.flush(), Err(Error::VaultStateUnknown(_))));
+    s.vault.unavailable(false);
+    // Once the vault answers (it still holds the old key), work resumes.
+    s.runner.step(&s.store, &Step::Flush).unwrap();
+    assert_eq!(s.store.epoch(), epoch);
+    s.runner.step(&s.store, &Step::Commit).unwrap();
+    s.assert_erased();
+    drop(s.crash_and_reopen());
+}
+
+#[test]
+fn garbage_from_the_vault_is_an_error_never_data() {
+    let s = setup();
+    s.vault.garbage_on_next_load();
+    let crashed = Arc::new(s.medium.inner().crash(TearMode::DropUnsynced, 1));
+    match Store::open(
+        crashed as Arc<dyn Medium>,
+        s.vault.clone(),
+        s.options.clone(),
+    ) {
+        Err(Error::Corrupt(_)) => {}
+        Err(e) => panic!("expected an integrity error, got {e}"),
+        Ok(_) => panic!("a garbage key opened the store"),
+    }
+    // The vault itself is intact: the next load opens the store.
+    assert_eq!(s.runner.acked.diff(&s.crash_and_reopen()), None);
+}

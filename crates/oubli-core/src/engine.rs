@@ -1056,16 +1056,21 @@ impl Engine {
         let Some(d) = self.take_dirty(oid, cell) else {
             return Ok(());
         };
-        let len = d.data.len() as u32;
+        self.seal_cell(oid, cell, d.start, &d.data)
+    }
+
+    /// Seals `bytes` as the new content of a cell (from `start`) and puts it in the tree.
+    fn seal_cell(&mut self, oid: u64, cell: u64, start: u32, bytes: &[u8]) -> Result<()> {
+        let len = bytes.len() as u32;
         let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
-        let mut sealed = Vec::with_capacity(d.data.len() + TAG_LEN);
-        sealed.extend_from_slice(&d.data);
+        let mut sealed = Vec::with_capacity(bytes.len() + TAG_LEN);
+        sealed.extend_from_slice(bytes);
         self.ctx
             .provider
-            .seal(&key, &cell_aad(oid, cell, d.start, len), &mut sealed);
+            .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
         let at = self.append_unit(&sealed)?;
         let cref = CellRef {
-            start: d.start,
+            start,
             len,
             addr: at,
             key: key_ref,
@@ -1094,9 +1099,14 @@ impl Engine {
             let from = (pos % cs) as u32;
             let n = (cs - from as u64).min(end - pos) as u32;
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
-            let (start, bytes) = if from == 0 && n as u64 == cs {
-                (0, Zeroizing::new(chunk.to_vec()))
-            } else {
+            if from == 0 && n as u64 == cs {
+                // A whole cell: seal straight from the caller's buffer.
+                self.take_dirty(oid, cell);
+                self.seal_cell(oid, cell, 0, chunk)?;
+                pos += n as u64;
+                continue;
+            }
+            let (start, bytes) = {
                 let (old_start, old) = self
                     .cell_content(oid, cell)?
                     .unwrap_or((from, Zeroizing::new(Vec::new())));

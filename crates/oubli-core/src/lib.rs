@@ -20,6 +20,8 @@ pub mod medium;
 mod superblock;
 pub mod tree;
 pub mod vault;
+#[cfg(test)]
+mod vectors;
 
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{

@@ -1089,6 +1089,10 @@ impl Engine {
     fn write(&mut self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
         self.writable()?;
         let mut record = self.record(oid)?;
+        if data.is_empty() {
+            // POSIX: a zero-length write does not extend the object.
+            return Ok(());
+        }
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;

@@ -114,6 +114,7 @@ pub fn recover(
         provider: provider.clone(),
         scheme: scheme.clone(),
         cache: Default::default(),
+        io_guard: Default::default(),
     };
     let mut out = Recovery::default();
     let mut seen_units = HashSet::new();

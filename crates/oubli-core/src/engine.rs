@@ -11,11 +11,11 @@ use crate::tree::{
 };
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
 use oubli_crypto::{
-    CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN,
+    CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
 
@@ -132,9 +132,39 @@ pub struct GcReport {
     pub bytes_moved: u64,
 }
 
-/// The store. All methods take `&self`; one lock serialises them.
+/// The store. All methods take `&self`. One lock serialises changes to the
+/// tree; sealing of whole cells and the reading and opening of units happen
+/// outside it, so several threads encrypt and decrypt in parallel.
 pub struct Store {
     engine: Mutex<Engine>,
+    shared: Shared,
+}
+
+/// What never changes while a store is open, usable without the engine lock.
+struct Shared {
+    medium: Arc<dyn Medium>,
+    provider: Arc<dyn CryptoProvider>,
+    scheme: Arc<dyn KeyScheme>,
+    cell_size: u32,
+    /// Readers outside the engine lock hold it shared; deleting a segment
+    /// takes it exclusively, so a unit never vanishes under a reader.
+    io_guard: Arc<RwLock<()>>,
+}
+
+/// A whole cell sealed before taking the engine lock.
+struct SealedCell {
+    cell: u64,
+    sealed: Vec<u8>,
+    key_ref: KeyRef,
+}
+
+/// A unit a read must open after the engine lock is released.
+struct PendingRead {
+    oid: u64,
+    cell: u64,
+    cref: CellRef,
+    /// Where in the output the first byte of the cell unit would go (may be negative).
+    out_at: i64,
 }
 
 /// Everything the tree needs to load a node: the read-only context of the engine.
@@ -143,6 +173,7 @@ pub(crate) struct Ctx {
     pub(crate) provider: Arc<dyn CryptoProvider>,
     pub(crate) scheme: Arc<dyn KeyScheme>,
     pub(crate) cache: RefCell<NodeCache>,
+    pub(crate) io_guard: Arc<RwLock<()>>,
 }
 
 #[derive(Default)]
@@ -186,6 +217,35 @@ pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> Vec<u8> {
     aad.extend_from_slice(&start.to_le_bytes());
     aad.extend_from_slice(&len.to_le_bytes());
     aad
+}
+
+/// Reads, authenticates and decrypts one data cell.
+fn open_cell_unit(
+    medium: &dyn Medium,
+    provider: &dyn CryptoProvider,
+    scheme: &dyn KeyScheme,
+    cell_size: u32,
+    oid: u64,
+    cell: u64,
+    c: &CellRef,
+) -> Result<Zeroizing<Vec<u8>>> {
+    let key = scheme.resolve(&c.key);
+    open_unit(
+        medium,
+        provider,
+        &key,
+        c.addr,
+        c.sealed_len(),
+        &cell_aad(oid, cell, c.start, c.len),
+        &|| {
+            format!(
+                "data of object {oid} at byte {} (segment {} offset {})",
+                cell * cell_size as u64 + c.start as u64,
+                addr_segment(c.addr),
+                addr_offset(c.addr)
+            )
+        },
+    )
 }
 
 /// Reads and authenticates one sealed unit.
@@ -470,6 +530,7 @@ impl Store {
                     limit: options.node_cache_bytes,
                     ..Default::default()
                 }),
+                io_guard: Arc::new(RwLock::new(())),
             },
             vault,
             store_id: record.store_id,
@@ -507,8 +568,16 @@ impl Store {
         if replayed > 0 && !engine.read_only {
             engine.commit()?;
         }
+        let shared = Shared {
+            medium: engine.ctx.medium.clone(),
+            provider: engine.ctx.provider.clone(),
+            scheme: engine.ctx.scheme.clone(),
+            cell_size: engine.cell_size,
+            io_guard: engine.ctx.io_guard.clone(),
+        };
         Ok(Store {
             engine: Mutex::new(engine),
+            shared,
         })
     }
 
@@ -571,15 +640,72 @@ impl Store {
     /// Writes `data` at `offset`, extending the object if needed. The old
     /// bytes of an overwritten range are erased at the next commit.
     pub fn write(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let sealed = self.seal_whole_cells(oid, offset, data);
         let mut e = self.lock();
-        e.write(oid, offset, data)?;
+        e.write(oid, offset, data, sealed)?;
         e.maybe_commit();
         Ok(())
     }
 
+    /// Seals every whole, aligned cell of a write under a fresh key, before
+    /// the engine lock is taken.
+    fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Vec<SealedCell> {
+        let cs = self.shared.cell_size as u64;
+        let first = offset.div_ceil(cs);
+        let Some(end) = offset.checked_add(data.len() as u64) else {
+            return Vec::new();
+        };
+        (first..end / cs)
+            .map(|cell| {
+                let at = (cell * cs - offset) as usize;
+                let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
+                let mut sealed = Vec::with_capacity(cs as usize + TAG_LEN);
+                sealed.extend_from_slice(&data[at..at + cs as usize]);
+                self.shared
+                    .provider
+                    .seal(&key, &cell_aad(oid, cell, 0, cs as u32), &mut sealed);
+                SealedCell {
+                    cell,
+                    sealed,
+                    key_ref,
+                }
+            })
+            .collect()
+    }
+
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
-        self.lock().read(oid, offset, len)
+        let (mut out, pending, _guard) = {
+            let e = self.lock();
+            let (out, pending) = e.plan_read(oid, offset, len)?;
+            // Taken before the engine lock is released: no segment this read
+            // needs can be deleted until it is done.
+            let guard = self
+                .shared
+                .io_guard
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            (out, pending, guard)
+        };
+        for p in pending {
+            let plain = open_cell_unit(
+                &*self.shared.medium,
+                &*self.shared.provider,
+                &*self.shared.scheme,
+                self.shared.cell_size,
+                p.oid,
+                p.cell,
+                &p.cref,
+            )?;
+            let lo = p.out_at.max(0);
+            let hi = (p.out_at + plain.len() as i64).min(out.len() as i64);
+            if lo < hi {
+                let src = (lo - p.out_at) as usize;
+                out[lo as usize..hi as usize]
+                    .copy_from_slice(&plain[src..src + (hi - lo) as usize]);
+            }
+        }
+        Ok(out)
     }
 
     /// Sets the size; bytes past a smaller size are erased at the next commit.
@@ -1008,22 +1134,14 @@ impl Engine {
     // --- data path -------------------------------------------------------
 
     fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<Zeroizing<Vec<u8>>> {
-        let key = self.ctx.scheme.resolve(&c.key);
-        open_unit(
+        open_cell_unit(
             &*self.ctx.medium,
             &*self.ctx.provider,
-            &key,
-            c.addr,
-            c.sealed_len(),
-            &cell_aad(oid, cell, c.start, c.len),
-            &|| {
-                format!(
-                    "data of object {oid} at byte {} (segment {} offset {})",
-                    cell * self.cell_size as u64 + c.start as u64,
-                    addr_segment(c.addr),
-                    addr_offset(c.addr)
-                )
-            },
+            &*self.ctx.scheme,
+            self.cell_size,
+            oid,
+            cell,
+            c,
         )
     }
 
@@ -1068,12 +1186,25 @@ impl Engine {
         self.ctx
             .provider
             .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
-        let at = self.append_unit(&sealed)?;
+        self.put_sealed(oid, cell, start, len, &sealed, key_ref)
+    }
+
+    /// Appends a sealed cell unit and points the tree at it.
+    fn put_sealed(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        start: u32,
+        len: u32,
+        sealed: &[u8],
+        key: KeyRef,
+    ) -> Result<()> {
+        let addr = self.append_unit(sealed)?;
         let cref = CellRef {
             start,
             len,
-            addr: at,
-            key: key_ref,
+            addr,
+            key,
         };
         self.apply(Op::PutCell { oid, cell, cref }, true)
     }
@@ -1086,7 +1217,7 @@ impl Engine {
         Ok(())
     }
 
-    fn write(&mut self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+    fn write(&mut self, oid: u64, offset: u64, data: &[u8], sealed: Vec<SealedCell>) -> Result<()> {
         self.writable()?;
         let mut record = self.record(oid)?;
         if data.is_empty() {
@@ -1097,6 +1228,7 @@ impl Engine {
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
         let cs = self.cell_size as u64;
+        let mut sealed = sealed.into_iter();
         let mut pos = offset;
         while pos < end {
             let cell = pos / cs;
@@ -1104,9 +1236,11 @@ impl Engine {
             let n = (cs - from as u64).min(end - pos) as u32;
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
             if from == 0 && n as u64 == cs {
-                // A whole cell: seal straight from the caller's buffer.
+                // A whole cell, sealed before the lock was taken.
+                let s = sealed.next().filter(|s| s.cell == cell);
+                let s = s.expect("seal_whole_cells covers every whole cell");
                 self.take_dirty(oid, cell);
-                self.seal_cell(oid, cell, 0, chunk)?;
+                self.put_sealed(oid, cell, 0, cs as u32, &s.sealed, s.key_ref)?;
                 pos += n as u64;
                 continue;
             }
@@ -1145,31 +1279,41 @@ impl Engine {
         Ok(())
     }
 
-    fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+    /// Copies buffered bytes of a read into the output and lists the units
+    /// still to open (outside the lock).
+    fn plan_read(&self, oid: u64, offset: u64, len: usize) -> Result<(Vec<u8>, Vec<PendingRead>)> {
         let record = self.record(oid)?;
         let end = offset.saturating_add(len as u64).min(record.size);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let mut out = vec![0u8; (end - offset) as usize];
+        let mut pending = Vec::new();
         let cs = self.cell_size as u64;
         let mut pos = offset;
         while pos < end {
             let cell = pos / cs;
             let cell_base = cell * cs;
             let stop = (cell_base + cs).min(end);
-            if let Some((start, bytes)) = self.cell_content(oid, cell)? {
-                let lo = (cell_base + start as u64).max(pos);
-                let hi = (cell_base + start as u64 + bytes.len() as u64).min(stop);
+            if let Some(d) = self.dirty.get(&(oid, cell)) {
+                let lo = (cell_base + d.start as u64).max(pos);
+                let hi = (cell_base + d.start as u64 + d.data.len() as u64).min(stop);
                 if lo < hi {
                     let src =
-                        &bytes[(lo - cell_base - start as u64) as usize..][..(hi - lo) as usize];
+                        &d.data[(lo - cell_base - d.start as u64) as usize..][..(hi - lo) as usize];
                     out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
                 }
+            } else if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+                pending.push(PendingRead {
+                    oid,
+                    cell,
+                    out_at: (cell_base + c.start as u64) as i64 - offset as i64,
+                    cref: c,
+                });
             }
             pos = stop;
         }
-        Ok(out)
+        Ok((out, pending))
     }
 
     /// Keeps only the bytes of a cell inside `[keep_from, keep_to)` (cell-relative), zeroing `[zero_from, zero_to)`.
@@ -1548,6 +1692,7 @@ impl Engine {
         // Space only: the old log and unreachable segments are already unreadable.
         let mut doomed = std::mem::take(&mut self.doomed_segments);
         doomed.push(old_log);
+        let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
         for seg in doomed {
             if Some(seg) != self.data_segment.map(|(s, _)| s) {
                 let _ = self.ctx.medium.delete_segment(seg);
@@ -1681,6 +1826,7 @@ impl Engine {
                 .unwrap_or(0);
             let used = live.get(&seg).copied().unwrap_or(0);
             if used == 0 {
+                let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
                 self.ctx
                     .medium
                     .delete_segment(seg)

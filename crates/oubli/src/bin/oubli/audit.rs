@@ -1,0 +1,411 @@
+//! `oubli audit`: play the adversary against the store and old copies of it, and give a verdict.
+//!
+//! The adversary of docs/DESIGN.md holds every byte the medium ever held and,
+//! later, the vault's content and the password. `Store::audit` covers the
+//! store's own medium. Old copies of the medium (a backup, a snapshot, what
+//! an SSD controller kept) are added with `--with-copy DIR`: each copy's
+//! superblocks are opened with the vault key(s) the adversary holds, and
+//! every data cell that opens is compared with the store's current content.
+//! A cell whose bytes are no longer live was deleted — recoverable deleted
+//! data. Old copies of the *vault* (`--with-vault-copy FILE`, or `--vault`
+//! pointing at one) are the one way such a leak can happen: the control
+//! that shows the check can fail.
+
+use crate::failure::Failure;
+use crate::session::{self, Access, Global};
+use oubli::audit::{recover, Recovered, Source};
+use oubli::{
+    exit, AuditReport, CryptoProvider, Error, KeyScheme, Medium, Slot, Store, Vault, VaultRecord,
+};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+#[derive(Serialize, Default)]
+struct Counts {
+    live_units: usize,
+    pending_units: usize,
+    leaked_units: usize,
+    unreadable_units: usize,
+}
+
+#[derive(Serialize)]
+struct CopyReport {
+    path: String,
+    epochs_opened: Vec<u64>,
+    units_opened: usize,
+    #[serde(flatten)]
+    counts: Counts,
+}
+
+#[derive(Serialize)]
+struct AuditJson {
+    store: String,
+    /// The store's epoch; `None` when the vault given is older than the store.
+    epoch: Option<u64>,
+    /// `ok`, `pending` (deleted since the last commit, erased at the next) or `leaked`.
+    verdict: &'static str,
+    /// Epoch of the vault key(s) the adversary was given.
+    vault_epochs: Vec<u64>,
+    /// The store's own medium.
+    #[serde(rename = "store_medium")]
+    own: Option<OwnReport>,
+    copies: Vec<CopyReport>,
+    /// Totals over the store and the copies.
+    #[serde(flatten)]
+    total: Counts,
+    /// Set when `--vault` is an old copy: the store cannot be opened with
+    /// it, so what opens cannot be told apart into live and deleted.
+    stale_vault: Option<String>,
+}
+
+#[derive(Serialize)]
+struct OwnReport {
+    epochs_opened: Vec<u64>,
+    units_opened: usize,
+    #[serde(flatten)]
+    counts: Counts,
+}
+
+/// The current state against which recovered cells are judged.
+enum Judge {
+    /// The store opened with the vault: live means "still the store's content".
+    Current { store: Box<Store>, cell_size: u64 },
+    /// The vault is older than the store: everything that opens is exposed.
+    Stale(String),
+}
+
+#[derive(Clone, Copy)]
+enum Class {
+    Live,
+    Pending,
+    Leaked,
+}
+
+impl Counts {
+    fn add(&mut self, class: Class) {
+        match class {
+            Class::Live => self.live_units += 1,
+            Class::Pending => self.pending_units += 1,
+            Class::Leaked => self.leaked_units += 1,
+        }
+    }
+}
+
+impl Judge {
+    fn classify(&self, unit: &Recovered) -> oubli::Result<Class> {
+        let Judge::Current { store, cell_size } = self else {
+            return Ok(Class::Leaked);
+        };
+        let epoch = match unit.source {
+            Source::Tree(e) | Source::Log(e) => e,
+        };
+        Ok(if still_live(store, *cell_size, unit)? {
+            Class::Live
+        } else if epoch == store.epoch() {
+            // Reached from the current epoch's tree or log: deleted since
+            // the last commit, and erased by the next.
+            Class::Pending
+        } else {
+            Class::Leaked
+        })
+    }
+}
+
+/// Whether the store still holds exactly these bytes at this place: then
+/// the copy reveals nothing that was deleted. (By content, not address:
+/// the cleaner moves live cells, and object ids are never reused.)
+fn still_live(store: &Store, cell_size: u64, unit: &Recovered) -> oubli::Result<bool> {
+    if !store.exists(unit.oid)? {
+        return Ok(false);
+    }
+    let offset = unit.cell * cell_size + u64::from(unit.start);
+    let now = Zeroizing::new(store.read(unit.oid, offset, unit.plaintext.len())?);
+    Ok(now[..] == unit.plaintext[..])
+}
+
+fn superblocks(medium: &dyn Medium) -> std::io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for slot in [Slot::A, Slot::B] {
+        out.extend(medium.read_superblock(slot)?);
+    }
+    Ok(out)
+}
+
+/// `oubli audit [--with-copy DIR]... [--with-vault-copy FILE]... [--json]`.
+pub fn audit(
+    g: &Global,
+    copies: &[PathBuf],
+    vault_copies: &[PathBuf],
+    json: bool,
+) -> Result<String, Failure> {
+    g.require_store()?;
+    let _lock = g.lock(Access::Read)?;
+    let provider = session::provider();
+    let scheme = session::options(Access::Read, &provider).key_scheme;
+    let password = g.password()?;
+    let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
+    let mut keys = vec![vault.load().map_err(|e| g.fail(e.into()))?];
+    for path in vault_copies {
+        let old = g.open_vault_at(path, &password, &provider)?;
+        keys.push(old.load().map_err(|e| g.fail(e.into()))?);
+    }
+    drop(password);
+
+    let (judge, own) = match g.open_store(vault.clone(), Access::Read, &provider) {
+        Ok(store) => {
+            let own = store.audit().map_err(|e| g.fail(e))?;
+            let cell_size = u64::from(store.status().map_err(|e| g.fail(e))?.cell_size);
+            (
+                Judge::Current {
+                    store: Box::new(store),
+                    cell_size,
+                },
+                Some(own),
+            )
+        }
+        // An old copy of the vault: it cannot open the store, but it may
+        // open old copies of the medium — exactly what must be shown.
+        Err(e @ Error::VaultBehind { .. }) if !copies.is_empty() => {
+            (Judge::Stale(e.to_string()), None)
+        }
+        Err(e) => return Err(g.fail(e)),
+    };
+
+    let mut report = AuditJson {
+        store: g.store.display().to_string(),
+        epoch: match &judge {
+            Judge::Current { store, .. } => Some(store.epoch()),
+            Judge::Stale(_) => None,
+        },
+        verdict: "ok",
+        vault_epochs: keys.iter().map(|k| k.epoch).collect(),
+        own: own.map(own_report),
+        copies: Vec::new(),
+        total: Counts::default(),
+        stale_vault: match &judge {
+            Judge::Stale(why) => Some(why.clone()),
+            Judge::Current { .. } => None,
+        },
+    };
+    // A cell found in several copies is one cell (segments are append-only
+    // and never reuse an address, so the address identifies it).
+    let mut seen = HashSet::new();
+    let mut total_copies = Counts::default();
+    for path in copies {
+        let copy = audit_copy(
+            g,
+            path,
+            &keys,
+            &provider,
+            &scheme,
+            &judge,
+            &mut seen,
+            &mut total_copies,
+        )?;
+        report.copies.push(copy);
+    }
+    let own = report.own.as_ref().map(|o| &o.counts);
+    report.total = Counts {
+        live_units: own.map_or(0, |c| c.live_units) + total_copies.live_units,
+        pending_units: own.map_or(0, |c| c.pending_units) + total_copies.pending_units,
+        leaked_units: own.map_or(0, |c| c.leaked_units) + total_copies.leaked_units,
+        unreadable_units: own.map_or(0, |c| c.unreadable_units) + total_copies.unreadable_units,
+    };
+    if let (Judge::Stale(_), 0) = (&judge, report.total.leaked_units) {
+        // Nothing opened with the old vault: the store itself cannot be
+        // audited with it, which is the error to report.
+        let err = g.open_store(vault, Access::Read, &provider).err();
+        return Err(g.fail(err.unwrap_or(Error::WrongVault)));
+    }
+    report.verdict = if report.total.leaked_units > 0 {
+        "leaked"
+    } else if report.total.pending_units > 0 {
+        "pending"
+    } else {
+        "ok"
+    };
+
+    let text = if json {
+        serde_json::to_string_pretty(&report).expect("plain data") + "\n"
+    } else {
+        render(&report)
+    };
+    if report.total.leaked_units == 0 {
+        return Ok(text);
+    }
+    crate::emit(&text)?;
+    Err(Failure::new(
+        exit::LEAKED,
+        format!(
+            "erasure failure: {} deleted unit(s) can still be recovered",
+            report.total.leaked_units
+        ),
+        if report.stale_vault.is_some() || !vault_copies.is_empty() {
+            "an old copy of the vault opens old copies of the store: keep the vault where overwrites really erase (TPM, token; see docs/THREAT_MODEL.md) and destroy stale vault copies"
+        } else {
+            "this must not happen: data deleted before the last commit opens with the current vault key; please report it with the output of `oubli audit --json`"
+        },
+    ))
+}
+
+fn own_report(r: AuditReport) -> OwnReport {
+    OwnReport {
+        epochs_opened: r.epochs_opened,
+        units_opened: r.units_opened,
+        counts: Counts {
+            live_units: r.live_units,
+            pending_units: r.pending_units,
+            leaked_units: r.leaked_units,
+            unreadable_units: r.unreadable_units,
+        },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn audit_copy(
+    g: &Global,
+    path: &Path,
+    keys: &[VaultRecord],
+    provider: &Arc<dyn CryptoProvider>,
+    scheme: &Arc<dyn KeyScheme>,
+    judge: &Judge,
+    seen: &mut HashSet<u64>,
+    total: &mut Counts,
+) -> Result<CopyReport, Failure> {
+    let bad_copy = |e: Error| {
+        let code = oubli::exit_code(&e);
+        Failure::new(
+            code,
+            format!("cannot read the copy {}: {e}", path.display()),
+            "--with-copy takes a copy of the store directory (a backup or a snapshot of it)",
+        )
+    };
+    let medium = oubli::open_dir_medium(path).map_err(bad_copy)?;
+    let blocks = superblocks(&medium).map_err(|e| {
+        bad_copy(Error::Io {
+            context: "reading its superblocks".into(),
+            source: e,
+        })
+    })?;
+    let recovery = recover(
+        &blocks,
+        Arc::new(medium),
+        keys,
+        provider.clone(),
+        scheme.clone(),
+    );
+    let mut counts = Counts {
+        unreadable_units: recovery.failures,
+        ..Counts::default()
+    };
+    let mut here = HashSet::new();
+    for unit in &recovery.units {
+        if !here.insert(unit.addr) {
+            continue;
+        }
+        let class = judge.classify(unit).map_err(|e| g.fail(e))?;
+        counts.add(class);
+        if seen.insert(unit.addr) {
+            total.add(class);
+        }
+    }
+    total.unreadable_units += recovery.failures;
+    Ok(CopyReport {
+        path: path.display().to_string(),
+        epochs_opened: recovery.epochs_opened.iter().copied().collect(),
+        units_opened: here.len(),
+        counts,
+    })
+}
+
+fn epochs(list: &[u64]) -> String {
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn render(r: &AuditJson) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, label: &str, n: usize, what: &str| {
+        out.push_str(&format!("  {label:<14}{n:>8}  {what}\n"));
+    };
+    match (&r.own, r.epoch) {
+        (Some(own), Some(epoch)) => {
+            out.push_str(&format!(
+                "audit of store {} at epoch {epoch}, as an adversary holding its medium, the vault and the password\n",
+                r.store
+            ));
+            out.push_str(&format!(
+                "store medium (epochs opened: {}):\n",
+                epochs(&own.epochs_opened)
+            ));
+            counts_lines(&mut out, &own.counts, &line);
+        }
+        _ => {
+            out.push_str(&format!(
+                "audit of store {} with a vault at epoch {}: {}\n",
+                r.store,
+                epochs(&r.vault_epochs),
+                r.stale_vault.as_deref().unwrap_or("")
+            ));
+            out.push_str("this vault is an OLD COPY: everything that opens with it is exposed\n");
+        }
+    }
+    for c in &r.copies {
+        out.push_str(&format!(
+            "copy {} (epochs opened: {}; {} units opened):\n",
+            c.path,
+            epochs(&c.epochs_opened),
+            c.units_opened
+        ));
+        counts_lines(&mut out, &c.counts, &line);
+    }
+    let t = &r.total;
+    out.push_str(&match r.verdict {
+        "leaked" => format!(
+            "verdict: ERASURE FAILURE: {} unit(s) of deleted data can still be recovered\n",
+            t.leaked_units
+        ),
+        "pending" => format!(
+            "verdict: nothing deleted before the last commit can be recovered; {} unit(s) deleted since then stay recoverable until the next commit (run `oubli commit` to erase them now)\n",
+            t.pending_units
+        ),
+        _ => "verdict: nothing deleted can be recovered\n".to_string(),
+    });
+    out
+}
+
+fn counts_lines(out: &mut String, c: &Counts, line: &dyn Fn(&mut String, &str, usize, &str)) {
+    line(
+        out,
+        "live",
+        c.live_units,
+        "current data (readable by design with the vault and password)",
+    );
+    line(
+        out,
+        "pending",
+        c.pending_units,
+        "deleted since the last commit: erased at the next commit",
+    );
+    line(
+        out,
+        "leaked",
+        c.leaked_units,
+        "deleted before the last commit yet recoverable (erasure failure)",
+    );
+    line(
+        out,
+        "unreadable",
+        c.unreadable_units,
+        "referenced but missing or damaged",
+    );
+}

@@ -1,0 +1,196 @@
+//! The `oubli` command: a store in a directory whose deletions become unrecoverable at each commit.
+//!
+//! Thin by design: each command opens the store, calls the library, prints
+//! the result and maps errors to the exit codes of docs/CLI.md
+//! (`oubli::exit`). Results go to stdout, errors and progress to stderr.
+
+mod admin;
+mod audit;
+mod data;
+mod failure;
+mod password;
+mod session;
+mod ui;
+
+use clap::{Parser, Subcommand};
+use failure::Failure;
+use session::Global;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const AFTER_HELP: &str = "\
+Password: --password-file FILE (first line), else $OUBLI_PASSWORD, else asked on the terminal.
+
+Exit codes: 0 success; 1 unexpected error; 2 usage error; 3 no such name; 4 already exists;
+5 wrong password; 6 vault missing, corrupted, unreachable or another store's; 7 integrity
+failure or fsck problems; 8 no store at --store; 9 medium I/O error or full; 10 audit found
+deleted data still recoverable; 11 store in use by another process. See docs/CLI.md.";
+
+#[derive(Parser)]
+#[command(
+    name = "oubli",
+    version,
+    about = "Storage in which deleting data makes it cryptographically unrecoverable",
+    long_about = "Storage in which deleting data makes it cryptographically unrecoverable.\n\n\
+        Every piece of data is encrypted under its own key; the keys form a tree sealed by \
+        an epoch key kept in a vault. `oubli commit` replaces the vault's key: everything \
+        deleted before it becomes unreadable, even from old copies of the store (backups, \
+        snapshots, what an SSD keeps behind).",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    /// The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
+    #[arg(long, global = true, env = "OUBLI_STORE", value_name = "PATH")]
+    store: Option<PathBuf>,
+    /// The vault file [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]
+    #[arg(long, global = true, env = "OUBLI_VAULT", value_name = "PATH")]
+    vault: Option<PathBuf>,
+    /// Read the vault password from the first line of FILE
+    #[arg(long, global = true, value_name = "FILE")]
+    password_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new store and its vault
+    Init {
+        /// Unit of encryption and erasure for data: a power of two from 4096 to 1048576
+        #[arg(long, value_name = "BYTES", default_value_t = oubli::DEFAULT_CELL_SIZE)]
+        cell_size: u32,
+        /// Argon2id memory for the password key, in MiB
+        #[arg(long, value_name = "MIB", default_value_t = 64)]
+        kdf_memory: u32,
+        /// Argon2id passes for the password key
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        kdf_iterations: u32,
+    },
+    /// Store data under NAME (replacing what NAME held), from SRC or stdin
+    Put {
+        name: String,
+        /// File to read, or - for stdin [default: -]
+        #[arg(value_name = "SRC|-")]
+        src: Option<PathBuf>,
+    },
+    /// Write the data stored under NAME to DST or stdout
+    Get {
+        name: String,
+        /// File to write (replaced atomically), or - for stdout [default: -]
+        #[arg(value_name = "DST|-")]
+        dst: Option<PathBuf>,
+    },
+    /// Remove NAME; its data is erased at the next commit
+    Rm {
+        name: String,
+        /// Commit at once, so that the data is unrecoverable when the command returns
+        #[arg(long)]
+        purge: bool,
+    },
+    /// List the stored names
+    Ls {
+        /// Show size and modification time
+        #[arg(short = 'l')]
+        long: bool,
+        /// Print JSON (always with sizes and times)
+        #[arg(long)]
+        json: bool,
+    },
+    /// End the epoch now: everything deleted so far becomes unrecoverable
+    #[command(visible_alias = "purge")]
+    Commit,
+    /// Show the epoch, pending deletions, space and vault
+    Status {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reclaim space from segments that are mostly dead (commits)
+    Gc {
+        /// Clean segments whose live share is below this fraction
+        #[arg(long, default_value_t = 0.5)]
+        threshold: f64,
+    },
+    /// Try to recover deleted data as an adversary would, and give a verdict (exit 10 on a leak)
+    Audit {
+        /// An old copy of the store directory the adversary also holds (backup, snapshot); repeatable
+        #[arg(long = "with-copy", value_name = "DIR")]
+        with_copy: Vec<PathBuf>,
+        /// An old copy of the vault file the adversary also holds; repeatable
+        #[arg(long = "with-vault-copy", value_name = "FILE")]
+        with_vault_copy: Vec<PathBuf>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read and authenticate everything in the store (exit 7 on problems)
+    Fsck {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Writes a command's output to stdout. A closed pipe (`oubli ls | head`)
+/// ends the output quietly instead of failing.
+pub fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::file("writing to stdout", e))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn run(cli: Cli) -> Result<String, Failure> {
+    let g = Global {
+        store: session::absolute(&cli.store.unwrap_or_else(session::default_store)),
+        vault: session::absolute(&cli.vault.unwrap_or_else(session::default_vault)),
+        password_file: cli.password_file,
+    };
+    match cli.command {
+        Command::Init {
+            cell_size,
+            kdf_memory,
+            kdf_iterations,
+        } => admin::init(&g, cell_size, kdf_memory, kdf_iterations),
+        Command::Put { name, src } => data::put(&g, &name, src.as_deref()),
+        Command::Get { name, dst } => data::get(&g, &name, dst.as_deref()),
+        Command::Rm { name, purge } => data::rm(&g, &name, purge),
+        Command::Ls { long, json } => data::ls(&g, long, json),
+        Command::Commit => admin::commit(&g),
+        Command::Status { json } => admin::status(&g, json),
+        Command::Gc { threshold } => admin::gc(&g, threshold),
+        Command::Audit {
+            with_copy,
+            with_vault_copy,
+            json,
+        } => audit::audit(&g, &with_copy, &with_vault_copy, json),
+        Command::Fsck { json } => admin::fsck(&g, json),
+    }
+}
+
+fn main() -> ExitCode {
+    // clap prints usage errors itself and exits with 2, as docs/CLI.md says.
+    let cli = Cli::parse();
+    match run(cli).and_then(|out| emit(&out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("{failure}");
+            ExitCode::from(u8::try_from(failure.code).unwrap_or(1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,89 @@
+//! Where the vault password comes from: `--password-file`, then `OUBLI_PASSWORD`, then the terminal.
+
+use crate::failure::Failure;
+use oubli::exit;
+use oubli::SecretBytes;
+use std::io::IsTerminal;
+use std::path::Path;
+use zeroize::Zeroizing;
+
+/// Environment variable holding the password (for scripts; a file is safer:
+/// the environment of a process can be read by its owner's other processes).
+pub const PASSWORD_ENV: &str = "OUBLI_PASSWORD";
+
+/// Whether the password opens an existing vault or sets a new one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Open,
+    Create,
+}
+
+/// Gets the password from the first source present.
+pub fn obtain(file: Option<&Path>, vault: &Path, purpose: Purpose) -> Result<SecretBytes, Failure> {
+    let password = if let Some(file) = file {
+        from_file(file)?
+    } else if let Some(value) = std::env::var_os(PASSWORD_ENV) {
+        SecretBytes::new(value.into_encoded_bytes())
+    } else {
+        prompt(vault, purpose)?
+    };
+    if purpose == Purpose::Create && password.expose().is_empty() {
+        return Err(Failure::usage(
+            "the new vault password is empty; an empty password protects nothing",
+        ));
+    }
+    Ok(password)
+}
+
+/// The first line of `path`, without its line ending.
+fn from_file(path: &Path) -> Result<SecretBytes, Failure> {
+    let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| {
+        Failure::new(
+            exit::USAGE,
+            format!("cannot read password file {}: {e}", path.display()),
+            "check --password-file",
+        )
+    })?);
+    let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    Ok(SecretBytes::new(line.to_vec()))
+}
+
+/// Asks on the terminal, twice for a new password.
+fn prompt(vault: &Path, purpose: Purpose) -> Result<SecretBytes, Failure> {
+    // Ask only when a person is plausibly there: a script with no terminal
+    // gets a clear error instead of a hang. rpassword reads /dev/tty, so a
+    // piped stdin (`oubli put NAME - < file`) still works interactively.
+    let interactive = std::io::stdin().is_terminal() || std::io::stderr().is_terminal();
+    if !interactive || std::fs::File::open("/dev/tty").is_err() {
+        return Err(no_source());
+    }
+    let ask = |text: String| -> Result<SecretBytes, Failure> {
+        rpassword::prompt_password(text)
+            .map(|s| SecretBytes::new(s.into_bytes()))
+            .map_err(|_| no_source())
+    };
+    match purpose {
+        Purpose::Open => ask(format!("Password for vault {}: ", vault.display())),
+        Purpose::Create => {
+            let first = ask(format!("New password for vault {}: ", vault.display()))?;
+            let again = ask("Repeat the password: ".to_string())?;
+            if first != again {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "the two passwords differ",
+                    "run the command again and type the same password twice",
+                ));
+            }
+            Ok(first)
+        }
+    }
+}
+
+fn no_source() -> Failure {
+    Failure::new(
+        exit::USAGE,
+        "no password given and no terminal to ask for one",
+        format!("pass --password-file FILE (first line is the password) or set {PASSWORD_ENV}"),
+    )
+}

@@ -1,0 +1,214 @@
+//! Opening the store for one command: default paths, the store lock, the password, the vault.
+
+use crate::failure::{Failure, Places};
+use crate::password::{self, Purpose};
+use oubli::{
+    CryptoProvider, EpochPolicy, Error, FileVault, Options, RingProvider, SecretBytes, Store,
+    Vault, VaultError, DIR_MARKER,
+};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the lock file inside the store directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// Whether a command changes the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Shared lock, store opened read-only: get, ls, status, audit, fsck.
+    Read,
+    /// Exclusive lock: everything else.
+    Write,
+}
+
+/// The global options, resolved.
+pub struct Global {
+    pub store: PathBuf,
+    pub vault: PathBuf,
+    pub password_file: Option<PathBuf>,
+}
+
+/// An open store with what the commands need beside it.
+pub struct Session {
+    pub store: Store,
+    /// The vault's epoch before the store was opened: if the store's epoch is
+    /// higher now, opening replayed an intent log and committed it.
+    pub vault_epoch_at_open: u64,
+    /// Held (and so the lock kept) until the session is dropped.
+    _lock: Option<File>,
+}
+
+/// `$XDG_DATA_HOME/oubli/store`, else `~/.local/share/oubli/store`.
+pub fn default_store() -> PathBuf {
+    xdg_dir("XDG_DATA_HOME", ".local/share").join("oubli/store")
+}
+
+/// `$XDG_CONFIG_HOME/oubli/vault`, else `~/.config/oubli/vault`.
+pub fn default_vault() -> PathBuf {
+    xdg_dir("XDG_CONFIG_HOME", ".config").join("oubli/vault")
+}
+
+fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
+    // The XDG spec says relative values are invalid and must be ignored.
+    match std::env::var_os(var).map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        _ => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(fallback),
+    }
+}
+
+/// The production provider; the CLI never runs with a test-only one.
+pub fn provider() -> Arc<dyn CryptoProvider> {
+    let provider: Arc<dyn CryptoProvider> = Arc::new(RingProvider::new());
+    assert!(
+        provider.is_secure(),
+        "the CLI must use a secure crypto provider"
+    );
+    provider
+}
+
+impl Global {
+    pub fn places(&self) -> Places<'_> {
+        Places {
+            store: &self.store,
+            vault: &self.vault,
+        }
+    }
+
+    pub fn fail(&self, error: Error) -> Failure {
+        self.places().fail(error)
+    }
+
+    /// Takes the store lock: exclusive to write, shared to read. Other
+    /// oubli processes are refused at once rather than left waiting.
+    pub fn lock(&self, access: Access) -> Result<Option<File>, Failure> {
+        let path = self.store.join(LOCK_FILE);
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            // A reader of a store it may not write (a read-only mount, another
+            // user's store) still locks if the file exists, and goes without
+            // if it does not: nobody can be writing such a store through us.
+            Err(_) if access == Access::Read => match File::open(&path) {
+                Ok(f) => f,
+                Err(_) => return Ok(None),
+            },
+            Err(e) => {
+                return Err(self.fail(Error::Io {
+                    context: format!("creating the lock file {}", path.display()),
+                    source: e,
+                }))
+            }
+        };
+        let locked = match access {
+            Access::Write => file.try_lock(),
+            Access::Read => file.try_lock_shared(),
+        };
+        match locked {
+            Ok(()) => Ok(Some(file)),
+            Err(TryLockError::WouldBlock) => Err(Failure::busy(&self.store)),
+            Err(TryLockError::Error(e)) => Err(self.fail(Error::Io {
+                context: format!("locking {}", path.display()),
+                source: e,
+            })),
+        }
+    }
+
+    /// Fails with exit 8 unless `--store` names a store directory. Checked
+    /// before anything else so that no lock file lands in a stranger's directory.
+    pub fn require_store(&self) -> Result<(), Failure> {
+        if self.store.join(DIR_MARKER).is_file() {
+            Ok(())
+        } else {
+            Err(self.fail(Error::NotInitialized(self.store.display().to_string())))
+        }
+    }
+
+    /// Gets the password, once the vault file is known to exist: a missing
+    /// vault is reported as such rather than after a useless prompt.
+    pub fn password(&self) -> Result<SecretBytes, Failure> {
+        if !self.vault.exists() {
+            return Err(self.fail(Error::Vault(VaultError::Missing(
+                self.vault.display().to_string(),
+            ))));
+        }
+        password::obtain(self.password_file.as_deref(), &self.vault, Purpose::Open)
+    }
+
+    /// Opens the file vault at `path` (the store's, or an old copy of it).
+    pub fn open_vault_at(
+        &self,
+        path: &Path,
+        password: &SecretBytes,
+        provider: &Arc<dyn CryptoProvider>,
+    ) -> Result<FileVault, Failure> {
+        let places = Places {
+            store: &self.store,
+            vault: path,
+        };
+        FileVault::open(path, password, provider.clone()).map_err(|e| places.fail(Error::Vault(e)))
+    }
+
+    /// Locks and opens the store for one command. The epoch policy is
+    /// manual: a one-shot command ends the epoch only when asked to.
+    pub fn open(&self, access: Access) -> Result<Session, Failure> {
+        self.require_store()?;
+        let lock = self.lock(access)?;
+        let provider = provider();
+        let password = self.password()?;
+        let vault = Arc::new(self.open_vault_at(&self.vault, &password, &provider)?);
+        drop(password);
+        let vault_epoch_at_open = vault.load().map_err(|e| self.fail(Error::Vault(e)))?.epoch;
+        let store = self
+            .open_store(vault.clone(), access, &provider)
+            .map_err(|e| self.fail(e))?;
+        Ok(Session {
+            store,
+            vault_epoch_at_open,
+            _lock: lock,
+        })
+    }
+
+    /// Opens the store itself with an already opened vault.
+    pub fn open_store(
+        &self,
+        vault: Arc<dyn Vault>,
+        access: Access,
+        provider: &Arc<dyn CryptoProvider>,
+    ) -> Result<Store, Error> {
+        let medium = oubli::open_dir_medium(&self.store)?;
+        Store::open(Arc::new(medium), vault, options(access, provider))
+    }
+}
+
+/// Options for a one-shot command.
+pub fn options(access: Access, provider: &Arc<dyn CryptoProvider>) -> Options {
+    Options {
+        provider: provider.clone(),
+        policy: EpochPolicy::manual(),
+        read_only: access == Access::Read,
+        ..Options::default()
+    }
+}
+
+impl Session {
+    /// Whether opening the store already committed a new epoch (it replays
+    /// the intent log of the previous command and commits it when writable).
+    pub fn committed_on_open(&self) -> bool {
+        self.store.epoch() > self.vault_epoch_at_open
+    }
+}
+
+/// Turns a path given relative to the working directory into one that stays
+/// valid (and prints well) whatever the command does next.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}

@@ -1,0 +1,121 @@
+//! Small presentation helpers: progress bars on a terminal, human-readable sizes and dates.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+
+/// Work smaller than this finishes before a bar is worth drawing.
+const BAR_THRESHOLD: u64 = 8 << 20;
+
+/// A progress bar on stderr for `total` bytes of work (`None`: unknown, a
+/// spinner), drawn only when stderr is a terminal and the work is large —
+/// scripts and logs never see it.
+pub fn bytes_bar(total: Option<u64>, message: &'static str) -> ProgressBar {
+    let worth_it = total.is_none_or(|t| t >= BAR_THRESHOLD);
+    if !worth_it || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let (bar, template) = match total {
+        Some(total) => (
+            ProgressBar::new(total),
+            "{msg} [{bar:32}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        ),
+        None => (
+            ProgressBar::new_spinner(),
+            "{msg} {spinner} {bytes} {bytes_per_sec}",
+        ),
+    };
+    bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(message);
+    bar
+}
+
+/// A spinner for work of unknown length (gc), on a terminal only.
+pub fn spinner(message: &'static str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.set_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `3725` → `1h 2m 5s`.
+pub fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m {s}s"),
+        (0, _, _) => format!("{h}h {m}m {s}s"),
+        _ => format!("{d}d {h}h {m}m"),
+    }
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM` (UTC).
+pub fn date(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60
+    )
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(size(10), "10 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 << 20), "3.0 MiB");
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(3725), "1h 2m 5s");
+        assert_eq!(duration(90_061), "1d 1h 1m");
+        assert_eq!(date(0), "1970-01-01 00:00");
+        assert_eq!(date(951_782_400), "2000-02-29 00:00");
+        assert_eq!(date(1_700_000_000), "2023-11-14 22:13");
+    }
+}

@@ -1,0 +1,529 @@
+//! End-to-end tests of the `oubli` command: round trips, erasure verdicts, and every documented failure's exit code.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use tempfile::TempDir;
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A store and its vault in a temporary directory, created with a fast KDF.
+struct Env {
+    dir: TempDir,
+    store: PathBuf,
+    vault: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            store: dir.path().join("store"),
+            vault: dir.path().join("vault"),
+            dir,
+        };
+        env.cmd()
+            .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("created store"));
+        env
+    }
+
+    /// The command with a clean environment pointing at this store.
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("oubli").unwrap();
+        cmd.env_clear()
+            .env("HOME", self.dir.path())
+            .env("OUBLI_STORE", &self.store)
+            .env("OUBLI_VAULT", &self.vault)
+            .env("OUBLI_PASSWORD", PASSWORD);
+        cmd
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `data` to a file and stores it under `name`.
+    fn put(&self, name: &str, data: &[u8]) {
+        let src = self.path(&format!("{name}.src"));
+        fs::write(&src, data).unwrap();
+        self.cmd().arg("put").arg(name).arg(&src).assert().success();
+    }
+
+    fn get(&self, name: &str) -> Vec<u8> {
+        let out = self.cmd().args(["get", name, "-"]).assert().success();
+        out.get_output().stdout.clone()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.cmd().args(args).output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// The largest segment file: the one holding the data cells.
+    fn largest_segment(&self) -> PathBuf {
+        fs::read_dir(self.store.join("segments"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max_by_key(|p| fs::metadata(p).unwrap().len())
+            .unwrap()
+    }
+}
+
+/// Pseudo-random bytes (xorshift), so that no cell is all zeros.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with its content, to prove a command changed nothing.
+fn snapshot(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            snapshot(&path, out);
+        } else {
+            out.insert(path.clone(), fs::read(&path).unwrap());
+        }
+    }
+}
+
+#[test]
+fn put_ls_get_round_trip() {
+    let env = Env::new();
+    env.put("small", b"hello, oubli\n");
+    // Multi-MiB and not a multiple of the chunk or cell size.
+    let big = noise(3 * 1024 * 1024 + 12_345, 7);
+    env.put("big", &big);
+    // From stdin.
+    env.cmd()
+        .args(["put", "piped", "-"])
+        .write_stdin("from a pipe")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("stored piped"));
+
+    env.cmd()
+        .arg("ls")
+        .assert()
+        .success()
+        .stdout("big\npiped\nsmall\n");
+    env.cmd()
+        .args(["ls", "-l"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("3158073").and(predicate::str::contains("small")));
+    let listing = env.json(&["ls", "--json"]);
+    let sizes: BTreeMap<String, u64> = listing
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sizes["big"], big.len() as u64);
+    assert_eq!(sizes["piped"], 11);
+
+    assert_eq!(env.get("small"), b"hello, oubli\n");
+    assert_eq!(env.get("piped"), b"from a pipe");
+    assert_eq!(env.get("big"), big);
+    // To a file.
+    let dst = env.path("big.out");
+    env.cmd().arg("get").arg("big").arg(&dst).assert().success();
+    assert_eq!(fs::read(&dst).unwrap(), big);
+
+    // Replacing a name replaces its content.
+    env.put("small", b"second version");
+    assert_eq!(env.get("small"), b"second version");
+    env.cmd().arg("fsck").assert().success();
+}
+
+#[test]
+fn rm_commit_and_audit_verdicts() {
+    let env = Env::new();
+    env.put("secret", &noise(100_000, 1));
+    env.put("keeper", &noise(50_000, 2));
+    env.cmd()
+        .args(["rm", "secret"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("next commit"));
+    env.cmd().args(["get", "secret"]).assert().code(3);
+
+    // Before the commit, the deleted cells are pending: expected, exit 0.
+    let before = env.json(&["audit", "--json"]);
+    assert_eq!(before["verdict"], "pending", "{before}");
+    assert!(before["pending_units"].as_u64().unwrap() > 0);
+    let status = env.json(&["status", "--json"]);
+    assert!(
+        status["pending_erasure_bytes"].as_u64().unwrap() >= 100_000,
+        "{status}"
+    );
+
+    env.cmd()
+        .arg("commit")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("unrecoverable"));
+    let after = env.json(&["audit", "--json"]);
+    assert_eq!(after["verdict"], "ok", "{after}");
+    assert_eq!(after["leaked_units"], 0);
+    assert_eq!(after["pending_units"], 0);
+    assert!(after["live_units"].as_u64().unwrap() > 0);
+    env.cmd()
+        .arg("audit")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nothing deleted can be recovered"));
+
+    // rm --purge commits at once: nothing is left pending.
+    env.put("other", b"short-lived");
+    env.cmd()
+        .args(["rm", "--purge", "other"])
+        .assert()
+        .success();
+    let purged = env.json(&["audit", "--json"]);
+    assert_eq!(purged["verdict"], "ok", "{purged}");
+    assert_eq!(env.get("keeper"), noise(50_000, 2));
+}
+
+#[test]
+fn status_json_parses() {
+    let env = Env::new();
+    env.put("a", b"data");
+    let status = env.json(&["status", "--json"]);
+    for field in [
+        "epoch",
+        "seconds_since_commit",
+        "pending_deletions",
+        "pending_erasure_bytes",
+        "live_bytes",
+        "dead_bytes",
+        "medium_bytes",
+        "cell_size",
+    ] {
+        assert!(status[field].is_u64(), "{field} in {status}");
+    }
+    assert_eq!(status["cell_size"], 32768);
+    assert_eq!(status["vault"]["kind"], "file");
+    assert_eq!(status["vault"]["overwrite_is_erasure"], false);
+    assert_eq!(status["policy"]["mode"], "manual");
+    assert!(status["key_scheme"].is_string() && status["provider"].is_string());
+    env.cmd()
+        .arg("status")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("epoch"));
+}
+
+#[test]
+fn wrong_password_exits_5_and_changes_nothing() {
+    let env = Env::new();
+    env.put("a", b"data");
+    let mut before = BTreeMap::new();
+    snapshot(env.dir.path(), &mut before);
+    for args in [
+        &["put", "b", "-"][..],
+        &["rm", "a"],
+        &["commit"],
+        &["ls"],
+        &["gc"],
+    ] {
+        env.cmd()
+            .args(args)
+            .env("OUBLI_PASSWORD", "not the password")
+            .write_stdin("x")
+            .assert()
+            .code(5)
+            .stderr(
+                predicate::str::contains("wrong password")
+                    .and(predicate::str::contains("OUBLI_PASSWORD")),
+            );
+    }
+    let mut after = BTreeMap::new();
+    snapshot(env.dir.path(), &mut after);
+    assert!(
+        before == after,
+        "a command with the wrong password changed files"
+    );
+
+    // --password-file takes the first line and wins over the environment.
+    let file = env.path("pw");
+    fs::write(&file, format!("{PASSWORD}\nignored\n")).unwrap();
+    env.cmd()
+        .arg("--password-file")
+        .arg(&file)
+        .env("OUBLI_PASSWORD", "wrong")
+        .arg("ls")
+        .assert()
+        .success()
+        .stdout("a\n");
+}
+
+#[test]
+fn missing_vault_exits_6() {
+    let env = Env::new();
+    env.cmd()
+        .arg("--vault")
+        .arg(env.path("nowhere"))
+        .arg("ls")
+        .assert()
+        .code(6)
+        .stderr(predicate::str::contains("no vault at"));
+    // Another store's vault is refused too.
+    let other = Env::new();
+    env.cmd()
+        .arg("--vault")
+        .arg(&other.vault)
+        .arg("ls")
+        .assert()
+        .code(6)
+        .stderr(predicate::str::contains("another store"));
+}
+
+#[test]
+fn no_store_exits_8_and_leaves_no_trace() {
+    let env = Env::new();
+    let empty = env.path("empty");
+    fs::create_dir(&empty).unwrap();
+    for store in [env.path("missing"), empty.clone()] {
+        env.cmd()
+            .arg("--store")
+            .arg(&store)
+            .arg("ls")
+            .assert()
+            .code(8)
+            .stderr(predicate::str::contains("oubli init"));
+    }
+    assert_eq!(fs::read_dir(&empty).unwrap().count(), 0);
+}
+
+#[test]
+fn missing_name_exits_3() {
+    let env = Env::new();
+    for args in [&["get", "nope"][..], &["rm", "nope"]] {
+        env.cmd()
+            .args(args)
+            .assert()
+            .code(3)
+            .stderr(predicate::str::contains("no such name"));
+    }
+}
+
+#[test]
+fn init_twice_exits_4_and_usage_errors_exit_2() {
+    let env = Env::new();
+    env.cmd().arg("init").assert().code(4);
+    // A fresh store with an existing vault is refused before anything is made.
+    env.cmd()
+        .arg("--store")
+        .arg(env.path("second"))
+        .arg("init")
+        .assert()
+        .code(4);
+    assert!(!env.path("second").exists());
+    env.cmd().arg("no-such-command").assert().code(2);
+    env.cmd()
+        .args(["put", "a/b", "-"])
+        .write_stdin("x")
+        .assert()
+        .code(2);
+    env.cmd().args(["gc", "--threshold", "3"]).assert().code(2);
+    // No password source and no terminal: a clear error, not a hang.
+    env.cmd()
+        .env_remove("OUBLI_PASSWORD")
+        .arg("ls")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--password-file"));
+}
+
+#[test]
+fn flipped_bit_exits_7_and_prints_no_data() {
+    let env = Env::new();
+    let data = noise(200_000, 3);
+    env.put("f", &data);
+    env.cmd().arg("commit").assert().success();
+    let segment = env.largest_segment();
+    let mut bytes = fs::read(&segment).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    fs::write(&segment, bytes).unwrap();
+    env.cmd()
+        .args(["get", "f", "-"])
+        .assert()
+        .code(7)
+        .stdout("")
+        .stderr(predicate::str::contains("integrity failure"));
+    let dst = env.path("f.out");
+    env.cmd().arg("get").arg("f").arg(&dst).assert().code(7);
+    assert!(!dst.exists());
+    assert_eq!(
+        fs::read_dir(env.dir.path())
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".part"))
+            .count(),
+        0,
+        "a partial file was left behind"
+    );
+    env.cmd()
+        .arg("fsck")
+        .assert()
+        .code(7)
+        .stdout(predicate::str::contains("problem"));
+}
+
+#[test]
+fn truncated_segment_exits_7() {
+    let env = Env::new();
+    env.put("f", &noise(200_000, 4));
+    env.cmd().arg("commit").assert().success();
+    let segment = env.largest_segment();
+    let len = fs::metadata(&segment).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    env.cmd()
+        .args(["get", "f", "-"])
+        .assert()
+        .code(7)
+        .stdout("");
+    env.cmd().arg("fsck").assert().code(7);
+}
+
+#[test]
+fn busy_store_exits_11() {
+    let env = Env::new();
+    let lock = fs::File::open(env.store.join("lock")).unwrap();
+    lock.try_lock().unwrap();
+    env.cmd()
+        .arg("ls")
+        .assert()
+        .code(11)
+        .stderr(predicate::str::contains("in use by another process"));
+    lock.unlock().unwrap();
+    env.cmd().arg("ls").assert().success();
+}
+
+/// Takes copies of the store directory and vault as an adversary would,
+/// then deletes `secret` and commits.
+fn copied_then_deleted() -> (Env, PathBuf, PathBuf) {
+    let env = Env::new();
+    env.put("secret", b"the launch code is 0000");
+    env.put("keeper", &noise(70_000, 5));
+    let old_store = env.path("old-store");
+    let old_vault = env.path("old-vault");
+    copy_dir(&env.store, &old_store);
+    fs::copy(&env.vault, &old_vault).unwrap();
+    env.cmd().args(["rm", "secret"]).assert().success();
+    env.cmd().arg("commit").assert().success();
+    (env, old_store, old_vault)
+}
+
+#[test]
+fn old_copy_of_the_store_opens_nothing_deleted() {
+    let (env, old_store, _) = copied_then_deleted();
+    let verdict = env.json(&[
+        "audit",
+        "--json",
+        "--with-copy",
+        old_store.to_str().unwrap(),
+    ]);
+    assert_eq!(verdict["verdict"], "ok", "{verdict}");
+    assert_eq!(verdict["leaked_units"], 0);
+    assert_eq!(verdict["copies"][0]["units_opened"], 0);
+    env.cmd()
+        .arg("audit")
+        .arg("--with-copy")
+        .arg(&old_store)
+        .assert()
+        .success();
+    assert_eq!(env.get("keeper"), noise(70_000, 5));
+}
+
+#[test]
+fn old_copy_of_the_vault_too_is_caught() {
+    // The control: with the vault copied as well, the deleted data opens,
+    // and the audit must say so. This proves the check can fail.
+    let (env, old_store, old_vault) = copied_then_deleted();
+    env.cmd()
+        .arg("--vault")
+        .arg(&old_vault)
+        .arg("audit")
+        .arg("--with-copy")
+        .arg(&old_store)
+        .assert()
+        .code(10)
+        .stdout(predicate::str::contains("ERASURE FAILURE"))
+        .stderr(predicate::str::contains("erasure failure"));
+
+    // With the current vault and the old one as extra adversary knowledge,
+    // the audit tells the deleted secret from the still-live keeper.
+    let out = env
+        .cmd()
+        .args(["audit", "--json", "--with-copy"])
+        .arg(&old_store)
+        .arg("--with-vault-copy")
+        .arg(&old_vault)
+        .assert()
+        .code(10);
+    let verdict: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(verdict["verdict"], "leaked", "{verdict}");
+    assert_eq!(verdict["leaked_units"], 1, "{verdict}");
+    assert!(verdict["live_units"].as_u64().unwrap() >= 3, "{verdict}");
+}
+
+#[test]
+fn gc_keeps_live_data() {
+    let env = Env::new();
+    env.put("a", &noise(300_000, 8));
+    env.put("b", &noise(300_000, 9));
+    env.cmd().args(["rm", "a"]).assert().success();
+    env.cmd()
+        .args(["gc", "--threshold", "0.9"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("gc:"));
+    assert_eq!(env.get("b"), noise(300_000, 9));
+    env.cmd().arg("fsck").assert().success();
+    let verdict = env.json(&["audit", "--json"]);
+    assert_eq!(verdict["verdict"], "ok", "{verdict}");
+}

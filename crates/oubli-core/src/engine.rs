@@ -764,6 +764,81 @@ impl Store {
         Ok(target)
     }
 
+    /// Moves `src_name` in `src_dir` to `dst_name` in `dst_dir` in one step
+    /// (both changes land in the same intent-log batch). An existing
+    /// `dst_name` is replaced only when `replace` is set; its target is
+    /// returned (and not deleted: a front-end decides about links).
+    pub fn rename(
+        &self,
+        src_dir: u64,
+        src_name: &[u8],
+        dst_dir: u64,
+        dst_name: &[u8],
+        replace: bool,
+    ) -> Result<Option<u64>> {
+        let mut e = self.lock();
+        e.writable()?;
+        e.record(dst_dir)?;
+        let src_hash = name_hash(src_name);
+        let mut src_bucket = e.bucket(src_dir, src_hash)?;
+        let i = src_bucket
+            .entries
+            .iter()
+            .position(|(n, _)| n == src_name)
+            .ok_or_else(|| Error::NoName(String::from_utf8_lossy(src_name).into_owned()))?;
+        if src_dir == dst_dir && src_name == dst_name {
+            return Ok(None);
+        }
+        let target = src_bucket.entries[i].1;
+        let dst_hash = name_hash(dst_name);
+        let mut dst_bucket = e.bucket(dst_dir, dst_hash)?;
+        let replaced = match dst_bucket.entries.iter().position(|(n, _)| n == dst_name) {
+            Some(_) if !replace => {
+                return Err(Error::Exists(
+                    String::from_utf8_lossy(dst_name).into_owned(),
+                ))
+            }
+            Some(j) => Some(std::mem::replace(&mut dst_bucket.entries[j].1, target)),
+            None => {
+                dst_bucket.entries.push((dst_name.to_vec(), target));
+                None
+            }
+        };
+        if (src_dir, src_hash) == (dst_dir, dst_hash) {
+            // Same bucket: apply both changes to one copy.
+            let bucket = &mut dst_bucket;
+            let k = bucket
+                .entries
+                .iter()
+                .position(|(n, _)| n == src_name)
+                .expect("source still present");
+            bucket.entries.remove(k);
+        } else {
+            src_bucket.entries.remove(i);
+            e.apply(
+                Op::PutNames {
+                    dir: src_dir,
+                    hash: src_hash,
+                    bucket: src_bucket,
+                },
+                true,
+            )?;
+        }
+        e.apply(
+            Op::PutNames {
+                dir: dst_dir,
+                hash: dst_hash,
+                bucket: dst_bucket,
+            },
+            true,
+        )?;
+        if replaced.is_some() {
+            e.stats.deletions += 1;
+        }
+        e.maybe_commit();
+        Ok(replaced)
+    }
+
     pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
         let e = self.lock();
         let bucket = e.bucket(dir, name_hash(name))?;

@@ -509,6 +509,19 @@ fn old_copy_of_the_vault_too_is_caught() {
     assert_eq!(verdict["verdict"], "leaked", "{verdict}");
     assert_eq!(verdict["leaked_units"], 1, "{verdict}");
     assert!(verdict["live_units"].as_u64().unwrap() >= 3, "{verdict}");
+
+    // An old vault that opens nothing it is given is just the wrong vault.
+    let new_copy = env.path("new-store");
+    copy_dir(&env.store, &new_copy);
+    env.cmd()
+        .arg("--vault")
+        .arg(&old_vault)
+        .arg("audit")
+        .arg("--with-copy")
+        .arg(&new_copy)
+        .assert()
+        .code(6)
+        .stderr(predicate::str::contains("old copy"));
 }
 
 #[test]

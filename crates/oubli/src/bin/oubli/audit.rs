@@ -73,8 +73,9 @@ struct OwnReport {
 enum Judge {
     /// The store opened with the vault: live means "still the store's content".
     Current { store: Box<Store>, cell_size: u64 },
-    /// The vault is older than the store: everything that opens is exposed.
-    Stale(String),
+    /// The vault is older than the store (the error opening it said so):
+    /// everything that opens is exposed.
+    Stale(Error),
 }
 
 #[derive(Clone, Copy)]
@@ -168,9 +169,7 @@ pub fn audit(
         }
         // An old copy of the vault: it cannot open the store, but it may
         // open old copies of the medium — exactly what must be shown.
-        Err(e @ Error::VaultBehind { .. }) if !copies.is_empty() => {
-            (Judge::Stale(e.to_string()), None)
-        }
+        Err(e @ Error::VaultBehind { .. }) if !copies.is_empty() => (Judge::Stale(e), None),
         Err(e) => return Err(g.fail(e)),
     };
 
@@ -186,7 +185,7 @@ pub fn audit(
         copies: Vec::new(),
         total: Counts::default(),
         stale_vault: match &judge {
-            Judge::Stale(why) => Some(why.clone()),
+            Judge::Stale(why) => Some(why.to_string()),
             Judge::Current { .. } => None,
         },
     };
@@ -214,11 +213,10 @@ pub fn audit(
         leaked_units: own.map_or(0, |c| c.leaked_units) + total_copies.leaked_units,
         unreadable_units: own.map_or(0, |c| c.unreadable_units) + total_copies.unreadable_units,
     };
-    if let (Judge::Stale(_), 0) = (&judge, report.total.leaked_units) {
+    if let (Judge::Stale(error), 0) = (judge, report.total.leaked_units) {
         // Nothing opened with the old vault: the store itself cannot be
         // audited with it, which is the error to report.
-        let err = g.open_store(vault, Access::Read, &provider).err();
-        return Err(g.fail(err.unwrap_or(Error::WrongVault)));
+        return Err(g.fail(error));
     }
     report.verdict = if report.total.leaked_units > 0 {
         "leaked"

@@ -34,6 +34,8 @@ pub struct Recovered {
     pub addr: u64,
     pub source: Source,
     pub plaintext: Zeroizing<Vec<u8>>,
+    /// The unit's key reference: identifies the unit wherever it was copied.
+    pub(crate) key: oubli_crypto::KeyRef,
 }
 
 /// Everything the adversary could open.
@@ -225,6 +227,7 @@ fn open_cell(
             addr: c.addr,
             source,
             plaintext,
+            key: c.key.clone(),
         }),
         Err(_) => out.failures += 1,
     }

@@ -14,9 +14,9 @@ use oubli_crypto::{
     CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN,
 };
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
 
 /// Object id of the root directory every store has.
@@ -345,7 +345,6 @@ struct Engine {
     stats: EpochStats,
     policy: EpochPolicy,
     committed_at: u64,
-    last_commit: Instant,
     read_only: bool,
     /// Set when a medium write failed: the in-memory state may be ahead of
     /// the medium, so mutations are refused until the store is reopened.
@@ -557,7 +556,6 @@ impl Store {
             stats: EpochStats::default(),
             policy: options.policy.clone(),
             committed_at: body.committed_at,
-            last_commit: Instant::now(),
             read_only: options.read_only,
             poisoned: None,
             vault_unknown: None,
@@ -758,7 +756,6 @@ impl Store {
             .position(|(n, _)| n == name)
             .ok_or_else(|| Error::NoName(String::from_utf8_lossy(name).into_owned()))?;
         let (_, target) = bucket.entries.remove(i);
-        e.stats.deletions += 1;
         e.apply(Op::PutNames { dir, hash, bucket }, true)?;
         e.maybe_commit();
         Ok(target)
@@ -832,9 +829,6 @@ impl Store {
             },
             true,
         )?;
-        if replaced.is_some() {
-            e.stats.deletions += 1;
-        }
         e.maybe_commit();
         Ok(replaced)
     }
@@ -932,59 +926,79 @@ impl Store {
     /// content: opens everything it can and sorts it into live units, units
     /// deleted since the last commit (erased at the next one) and leaks.
     pub fn audit(&self) -> Result<AuditReport> {
+        self.audit_with(&[], &[])
+    }
+
+    /// [`audit`](Self::audit) with more for the adversary: old copies of the
+    /// medium (backups, snapshots, what an SSD kept) and old vault records. A
+    /// unit is live if the current tree still references its key (the cleaner
+    /// moves units without changing their key), pending if it comes from the
+    /// current epoch, and leaked otherwise.
+    pub fn audit_with(
+        &self,
+        copies: &[Arc<dyn Medium>],
+        old_keys: &[VaultRecord],
+    ) -> Result<AuditReport> {
         let e = self.lock();
-        let mut live = HashSet::new();
+        let mut live: Vec<[u8; 32]> = Vec::new();
         e.tree.walk(&e.ctx, &mut |_, node| {
             if let Node::Leaf(entries) = node {
                 for (_, v) in entries {
                     if let Value::Cell(c) = v {
-                        live.insert(c.addr);
+                        live.push(*c.key.expose());
                     }
                 }
             }
             Ok(())
         })?;
-        let mut superblocks = Vec::new();
-        for slot in [Slot::A, Slot::B] {
-            if let Some(b) = e
-                .ctx
-                .medium
-                .read_superblock(slot)
-                .map_err(|err| Error::io("reading superblock", err))?
-            {
-                superblocks.push(b);
+        let mut live = Zeroizing::new(live);
+        live.sort_unstable();
+        let mut keys = vec![e.vault.load()?];
+        keys.extend(old_keys.iter().cloned());
+        let mut report = AuditReport::default();
+        let mut epochs = BTreeSet::new();
+        // (key, epoch) of every unit opened, from every medium; a unit copied
+        // by the cleaner or present in several copies counts once.
+        let mut opened: Zeroizing<Vec<([u8; 32], u64)>> = Zeroizing::new(Vec::new());
+        let media = std::iter::once(e.ctx.medium.clone()).chain(copies.iter().cloned());
+        for medium in media {
+            let mut superblocks = Vec::new();
+            for slot in [Slot::A, Slot::B] {
+                if let Some(b) = medium
+                    .read_superblock(slot)
+                    .map_err(|err| Error::io("reading superblock", err))?
+                {
+                    superblocks.push(b);
+                }
+            }
+            let recovery = crate::audit::recover(
+                &superblocks,
+                medium,
+                &keys,
+                e.ctx.provider.clone(),
+                e.ctx.scheme.clone(),
+            );
+            epochs.extend(recovery.epochs_opened.iter().copied());
+            report.unreadable_units += recovery.failures;
+            for u in &recovery.units {
+                let (Source::Tree(epoch) | Source::Log(epoch)) = u.source;
+                opened.push((*u.key.expose(), epoch));
             }
         }
-        let record = e.vault.load()?;
-        let recovery = crate::audit::recover(
-            &superblocks,
-            e.ctx.medium.clone(),
-            &[record],
-            e.ctx.provider.clone(),
-            e.ctx.scheme.clone(),
-        );
-        let mut report = AuditReport {
-            epochs_opened: recovery.epochs_opened.iter().copied().collect(),
-            units_opened: recovery.units.len(),
-            unreadable_units: recovery.failures,
-            ..Default::default()
-        };
-        let mut counted = HashSet::new();
-        for u in &recovery.units {
-            if !counted.insert(u.addr) {
-                continue;
-            }
-            let epoch = match u.source {
-                Source::Tree(ep) | Source::Log(ep) => ep,
-            };
-            if live.contains(&u.addr) {
+        // Newest epoch first, so a unit still in the current epoch is judged by it.
+        opened.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        opened.dedup_by(|a, b| a.0 == b.0);
+        for (key, epoch) in opened.iter() {
+            report.units_opened += 1;
+            if live.binary_search(key).is_ok() {
                 report.live_units += 1;
-            } else if epoch == e.epoch {
+            } else if *epoch == e.epoch {
                 report.pending_units += 1;
             } else {
                 report.leaked_units += 1;
             }
         }
+        report.epochs_opened = epochs.into_iter().collect();
         Ok(report)
     }
 
@@ -1130,6 +1144,8 @@ impl Engine {
     fn apply(&mut self, op: Op, log: bool) -> Result<()> {
         match &op {
             Op::PutCell { oid, cell, cref } => {
+                // Counted here, not where it is appended, so replay counts it too.
+                self.live_bytes += cref.sealed_len();
                 if let Some(Value::Cell(old)) =
                     self.tree_insert(cell_key(*oid, *cell), Value::Cell(cref.clone()))?
                 {
@@ -1139,10 +1155,16 @@ impl Engine {
             Op::DropCell { oid, cell } => {
                 if let Some(Value::Cell(old)) = self.tree_remove(&cell_key(*oid, *cell))? {
                     self.release_cell(&old);
+                    self.stats.deletions += 1;
                 }
             }
             Op::DropCellsFrom { oid, from } => {
-                for k in self.keys_in(cell_key(*oid, *from), Key::new(*oid, KIND_CELL + 1, 0))? {
+                let doomed =
+                    self.keys_in(cell_key(*oid, *from), Key::new(*oid, KIND_CELL + 1, 0))?;
+                if !doomed.is_empty() {
+                    self.stats.deletions += 1;
+                }
+                for k in doomed {
                     if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
                         self.release_cell(&old);
                     }
@@ -1153,6 +1175,7 @@ impl Engine {
                 self.tree_insert(object_key(*oid), Value::Object(record.clone()))?;
             }
             Op::DeleteObject { oid } => {
+                self.stats.deletions += 1;
                 for k in self.keys_in(object_key(*oid), Key::new(oid + 1, 0, 0))? {
                     if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
                         self.release_cell(&old);
@@ -1161,10 +1184,16 @@ impl Engine {
             }
             Op::PutNames { dir, hash, bucket } => {
                 let key = Key::new(*dir, KIND_NAMES, *hash);
-                if bucket.entries.is_empty() {
-                    self.tree_remove(&key)?;
+                let old = if bucket.entries.is_empty() {
+                    self.tree_remove(&key)?
                 } else {
-                    self.tree_insert(key, Value::Names(bucket.clone()))?;
+                    self.tree_insert(key, Value::Names(bucket.clone()))?
+                };
+                // A name that disappeared (unlink, rename over it) is a deletion.
+                if let Some(Value::Names(old)) = old {
+                    if old.entries.iter().any(|e| !bucket.entries.contains(e)) {
+                        self.stats.deletions += 1;
+                    }
                 }
             }
         }
@@ -1194,7 +1223,6 @@ impl Engine {
         }
         self.data_segment = Some((seg, off + need));
         self.unsynced = true;
-        self.live_bytes += need;
         Ok(addr(seg, off as u32))
     }
 
@@ -1447,7 +1475,6 @@ impl Engine {
             if cut > 0 {
                 self.rewrite_cell(oid, boundary, cut, self.cell_size)?;
             }
-            self.stats.deletions += 1;
         }
         record.size = size;
         self.size_dirty.remove(&oid);
@@ -1475,7 +1502,6 @@ impl Engine {
             }
             pos = cell * cs + to as u64;
         }
-        self.stats.deletions += 1;
         Ok(())
     }
 
@@ -1496,7 +1522,6 @@ impl Engine {
             self.take_dirty(o, c);
         }
         self.size_dirty.remove(&oid);
-        self.stats.deletions += 1;
         self.apply(Op::DeleteObject { oid }, true)
     }
 
@@ -1658,7 +1683,9 @@ impl Engine {
         let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
         let due = p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
             || p.deletions.is_some_and(|d| self.stats.deletions >= d)
-            || (changed && p.interval.is_some_and(|i| self.last_commit.elapsed() >= i));
+            || (changed
+                && p.interval
+                    .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()));
         if !due {
             return;
         }
@@ -1685,6 +1712,7 @@ impl Engine {
                 .provider
                 .seal(&key, &node_aad(node.level()), &mut bytes);
             let at = self.append_unit(&bytes)?;
+            self.live_bytes += bytes.len() as u64;
             self.ctx
                 .cache
                 .borrow_mut()
@@ -1762,7 +1790,6 @@ impl Engine {
         self.log_seq = 0;
         self.pending.clear();
         self.stats = EpochStats::default();
-        self.last_commit = Instant::now();
         self.committed_at = now_secs();
         // Space only: the old log and unreachable segments are already unreadable.
         let mut doomed = std::mem::take(&mut self.doomed_segments);
@@ -1789,7 +1816,7 @@ impl Engine {
                 .map_err(|e| Error::io("reading segment size", e))?
                 .unwrap_or(0);
         }
-        let since = self.last_commit.elapsed().as_secs();
+        let since = now_secs().saturating_sub(self.committed_at);
         Ok(Status {
             epoch: self.epoch,
             committed_at: self.committed_at,

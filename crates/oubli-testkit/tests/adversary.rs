@@ -132,3 +132,36 @@ fn purge_closes_the_window() {
     let report = store.audit().unwrap();
     assert_eq!((report.pending_units, report.leaked_units), (0, 0));
 }
+
+/// `Store::audit_with` (what `oubli audit --with-copy` runs): an old copy of
+/// the medium yields nothing deleted; an old copy plus an old vault key does,
+/// and the cleaner's moves are not mistaken for leaks.
+#[test]
+fn audit_with_old_copies_and_old_keys() {
+    let options = harness::options(14);
+    let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
+    let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let mut runner = Runner::default();
+    for step in Workload::generate(14, 300, 64 * 1024, 1000).steps {
+        if step != Step::Commit {
+            runner.step(&store, &step).unwrap();
+        }
+    }
+    store.commit().unwrap();
+    let copy: Arc<dyn Medium> = Arc::new(medium.clone_state());
+    let old_key = oubli_core::Vault::load(&*vault).unwrap();
+    for pick in 0..3 {
+        runner.step(&store, &Step::Delete { pick }).unwrap();
+    }
+    store.commit().unwrap();
+    store.gc(0.9).unwrap();
+    let clean = store.audit_with(std::slice::from_ref(&copy), &[]).unwrap();
+    assert_eq!(
+        (clean.leaked_units, clean.pending_units),
+        (0, 0),
+        "{clean:?}"
+    );
+    assert!(clean.live_units > 0);
+    let control = store.audit_with(&[copy], &[old_key]).unwrap();
+    assert!(control.leaked_units > 0, "{control:?}");
+}

@@ -59,9 +59,13 @@ proptest! {
                     runner.model = runner.acked.clone();
                 }
             }
-            if let Some(diff) = runner.model.diff(store.as_ref().unwrap()) {
+            let s = store.as_ref().unwrap();
+            if let Some(diff) = runner.model.diff(s) {
                 panic!("after {a:?}: {diff}");
             }
+            // Space accounting is exact: live bytes are what the tree references.
+            let o = s.overhead().unwrap();
+            prop_assert_eq!(s.status().unwrap().live_bytes, o.node_bytes + o.data_bytes + o.tag_bytes, "after {:?}", a);
         }
     }
 }

@@ -1,0 +1,863 @@
+//! The NBD server: listeners (Unix socket, TCP), a thread per connection, the handshake and transmission loops over a shared `Store`, clean shutdown.
+//!
+//! Every byte decision is made by the sans-IO parts ([`crate::handshake`],
+//! [`crate::request`], [`crate::reply`]); this module only moves bytes and
+//! calls the store. Replies are sent in request order, one request at a
+//! time per connection; connections run in parallel on the shared store.
+//!
+//! Deletion semantics: TRIM and WRITE_ZEROES without `NO_HOLE` punch a hole
+//! (`Store::punch_hole`), so the old bytes are erased at the next commit;
+//! WRITE_ZEROES with `NO_HOLE` overwrites with zeros (the old bytes are
+//! erased at the next commit too). FLUSH and FUA make writes durable through
+//! the intent log (`Store::flush`) without ending the epoch.
+
+use crate::exports::{list_exports, lookup_export};
+use crate::handshake::{
+    Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress,
+};
+use crate::proto::*;
+use crate::reply;
+use crate::request::{check, parse_request, Action, Limits, Request};
+use oubli_core::{Error, Store};
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Cursor, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where log lines go (one line per call, without a trailing newline).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A log that writes `oubli-nbd: LINE` to standard error.
+pub fn stderr_log() -> Log {
+    Arc::new(|line: &str| eprintln!("oubli-nbd: {line}"))
+}
+
+/// How the server behaves.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The export served to clients that ask for the empty name.
+    pub default_export: Option<String>,
+    /// Advertise `NBD_FLAG_CAN_MULTI_CONN`. Correct because every connection
+    /// shares one `Store`, whose flush covers all of them.
+    pub multi_conn: bool,
+    /// Accept `NBD_OPT_STRUCTURED_REPLY`.
+    pub structured_replies: bool,
+    /// Serve every export read-only (set it when the store is opened read-only).
+    pub read_only: bool,
+    /// Commit when [`ServerHandle::shutdown`] runs.
+    pub commit_on_shutdown: bool,
+    /// How long shutdown lets connections finish their current request
+    /// before it cuts them off.
+    pub shutdown_grace: Duration,
+    /// Connections beyond this number are closed at once.
+    pub max_connections: usize,
+    pub log: Log,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            default_export: None,
+            multi_conn: true,
+            structured_replies: true,
+            read_only: false,
+            commit_on_shutdown: true,
+            shutdown_grace: Duration::from_secs(5),
+            max_connections: 128,
+            log: stderr_log(),
+        }
+    }
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix socket at this path (created mode 0600; a stale socket file is replaced).
+    Unix(PathBuf),
+    /// A TCP address (use a loopback address unless clients are remote:
+    /// NBD has no authentication here).
+    Tcp(SocketAddr),
+}
+
+/// A stream of either kind.
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.flush(),
+            Stream::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Unix(l, path) => {
+                let (s, _) = l.accept()?;
+                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+            }
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), format!("tcp:{peer}")))
+            }
+        }
+    }
+
+    /// Unblocks a thread sitting in `accept` by connecting to it.
+    fn wake(&self) -> bool {
+        match self {
+            Listener::Unix(_, path) => UnixStream::connect(path).is_ok(),
+            Listener::Tcp(l) => {
+                let Ok(mut addr) = l.local_addr() else {
+                    return false;
+                };
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(match addr {
+                        SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                        SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                    });
+                }
+                TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+            }
+        }
+    }
+}
+
+/// Counters for tests and status lines.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+    pub trims: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+struct Conn {
+    stream: Stream,
+}
+
+struct Shared {
+    store: Arc<Store>,
+    config: ServerConfig,
+    handshake: HandshakeConfig,
+    stopping: AtomicBool,
+    conns: Mutex<HashMap<u64, Conn>>,
+    /// Every connection thread not yet joined (finished ones are pruned as new ones start).
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    ended: Condvar,
+    next_id: AtomicU64,
+    stats: Stats,
+}
+
+impl Shared {
+    fn log(&self, line: &str) {
+        (self.config.log)(line)
+    }
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running server. Dropping it shuts it down (ignoring a failed commit);
+/// call [`shutdown`](Self::shutdown) to see the commit's result.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    listeners: Vec<Arc<Listener>>,
+    acceptors: Vec<JoinHandle<()>>,
+    addrs: Vec<Endpoint>,
+    down: bool,
+}
+
+/// Starts serving the exports of `store` on `endpoints`. Each endpoint gets
+/// an accepting thread, each connection a thread of its own.
+pub fn serve(
+    store: Arc<Store>,
+    endpoints: &[Endpoint],
+    config: ServerConfig,
+) -> io::Result<ServerHandle> {
+    if endpoints.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no endpoint to listen on",
+        ));
+    }
+    let cell = store
+        .status()
+        .map(|s| s.cell_size)
+        .unwrap_or(oubli_core::DEFAULT_CELL_SIZE);
+    let handshake = HandshakeConfig {
+        structured_replies: config.structured_replies,
+        multi_conn: config.multi_conn,
+        preferred_block: cell.clamp(512, MAX_PAYLOAD),
+        max_payload: MAX_PAYLOAD,
+    };
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for ep in endpoints {
+        let l = bind(ep)?;
+        addrs.push(match &l {
+            Listener::Unix(_, p) => Endpoint::Unix(p.clone()),
+            Listener::Tcp(t) => Endpoint::Tcp(t.local_addr()?),
+        });
+        listeners.push(Arc::new(l));
+    }
+    let shared = Arc::new(Shared {
+        store,
+        config,
+        handshake,
+        stopping: AtomicBool::new(false),
+        conns: Mutex::new(HashMap::new()),
+        threads: Mutex::new(Vec::new()),
+        ended: Condvar::new(),
+        next_id: AtomicU64::new(1),
+        stats: Stats::default(),
+    });
+    let mut acceptors = Vec::new();
+    for (l, addr) in listeners.iter().zip(&addrs) {
+        let (l, s) = (l.clone(), shared.clone());
+        s.log(&format!("listening on {}", show(addr)));
+        acceptors.push(
+            std::thread::Builder::new()
+                .name("nbd-accept".into())
+                .spawn(move || accept_loop(&l, &s))?,
+        );
+    }
+    Ok(ServerHandle {
+        shared,
+        listeners,
+        acceptors,
+        addrs,
+        down: false,
+    })
+}
+
+fn show(ep: &Endpoint) -> String {
+    match ep {
+        Endpoint::Unix(p) => format!("unix:{}", p.display()),
+        Endpoint::Tcp(a) => format!("tcp:{a}"),
+    }
+}
+
+fn bind(ep: &Endpoint) -> io::Result<Listener> {
+    match ep {
+        Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr)?)),
+        Endpoint::Unix(path) => {
+            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                // Replace a stale socket left by a crashed server, never a live
+                // one and never anything that is not a socket.
+                if !meta.file_type().is_socket() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{} exists and is not a socket", path.display()),
+                    ));
+                }
+                if UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("a server is already listening on {}", path.display()),
+                    ));
+                }
+                std::fs::remove_file(path)?;
+            }
+            let l = UnixListener::bind(path)?;
+            // Whoever can connect can read and write the device.
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            Ok(Listener::Unix(l, path.clone()))
+        }
+    }
+}
+
+fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let (stream, peer) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                shared.log(&format!("accept failed: {e}"));
+                // Out of descriptors and the like: do not spin.
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+        let mut conns = shared.conns();
+        if conns.len() >= shared.config.max_connections {
+            shared.log(&format!(
+                "connection {id} from {peer} refused: {} connections already",
+                conns.len()
+            ));
+            continue;
+        }
+        let Ok(handle) = stream.try_clone() else {
+            continue;
+        };
+        conns.insert(id, Conn { stream: handle });
+        shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                connection(&s, id, stream, &peer);
+                s.conns().remove(&id);
+                s.ended.notify_all();
+            });
+        match spawned {
+            Ok(t) => {
+                let mut threads = shared.threads.lock().unwrap_or_else(|e| e.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(t);
+            }
+            Err(e) => {
+                conns.remove(&id);
+                shared.log(&format!("connection {id}: cannot start a thread: {e}"));
+            }
+        }
+    }
+}
+
+impl ServerHandle {
+    /// The endpoints actually bound (a TCP port 0 is resolved).
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.addrs
+    }
+
+    /// The first TCP address bound, if any.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.addrs.iter().find_map(|e| match e {
+            Endpoint::Tcp(a) => Some(*a),
+            _ => None,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.shared.store
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    /// Connections currently open.
+    pub fn active_connections(&self) -> usize {
+        self.shared.conns().len()
+    }
+
+    /// Stops accepting, lets each connection finish the request it is
+    /// serving (up to the configured grace), closes them all, then commits:
+    /// everything trimmed or overwritten before this call is unrecoverable
+    /// when it returns `Ok`.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), Error> {
+        if self.down {
+            return Ok(());
+        }
+        self.down = true;
+        let shared = &self.shared;
+        shared.stopping.store(true, Ordering::SeqCst);
+        for (l, t) in self
+            .listeners
+            .iter()
+            .zip(std::mem::take(&mut self.acceptors))
+        {
+            if l.wake() {
+                let _ = t.join();
+            } // else: the acceptor stays blocked; it refuses whatever it accepts later.
+        }
+        // Half-close: a connection sees end-of-input after its current request.
+        for c in shared.conns().values() {
+            c.stream.shutdown(Shutdown::Read);
+        }
+        let deadline = Instant::now() + shared.config.shutdown_grace;
+        let mut conns = shared.conns();
+        while !conns.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                // Clients that do not read their replies: cut them off.
+                for c in conns.values() {
+                    c.stream.shutdown(Shutdown::Both);
+                }
+                break;
+            }
+            conns = shared
+                .ended
+                .wait_timeout(conns, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(conns);
+        let threads =
+            std::mem::take(&mut *shared.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        for ep in &self.addrs {
+            if let Endpoint::Unix(p) = ep {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        if shared.config.commit_on_shutdown && !shared.config.read_only {
+            shared.store.commit().inspect_err(|e| {
+                shared.log(&format!("commit at shutdown failed: {e}"));
+            })?;
+            shared.log("shut down; committed");
+        } else {
+            shared.log("shut down");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// The store seen as a catalog of exports.
+struct StoreCatalog<'a> {
+    shared: &'a Shared,
+}
+
+impl Catalog for StoreCatalog<'_> {
+    fn lookup(&self, name: &str) -> Result<Option<ExportInfo>, String> {
+        let name = match (name, &self.shared.config.default_export) {
+            ("", Some(default)) => default.as_str(),
+            ("", None) => return Ok(None),
+            (n, _) => n,
+        };
+        match lookup_export(&self.shared.store, name) {
+            Ok(Some(e)) => Ok(Some(ExportInfo {
+                description: format!(
+                    "oubli export {}: TRIM and write-zeroes erase at the next commit",
+                    e.name
+                ),
+                name: e.name,
+                size: e.size,
+                read_only: self.shared.config.read_only,
+                id: e.oid,
+            })),
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.shared
+                    .log(&format!("looking up export {name:?} failed: {e}"));
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn list(&self) -> Result<Vec<String>, String> {
+        match list_exports(&self.shared.store) {
+            Ok(v) => Ok(v.into_iter().map(|e| e.name).collect()),
+            Err(e) => {
+                self.shared.log(&format!("listing exports failed: {e}"));
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+/// One connection, from greeting to close.
+fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str) {
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut writer = BufWriter::with_capacity(64 * 1024, write_half);
+    let mut reader = stream;
+    match handshake(shared, &mut reader, &mut writer) {
+        Ok(Some((neg, leftover))) => {
+            shared.log(&format!(
+                "connection {id} ({peer}): export {:?} ({} bytes){}",
+                neg.export.name,
+                neg.export.size,
+                if neg.structured {
+                    ", structured replies"
+                } else {
+                    ""
+                }
+            ));
+            let mut input =
+                BufReader::with_capacity(256 * 1024, Cursor::new(leftover).chain(reader));
+            match transmission(shared, id, &neg, &mut input, &mut writer) {
+                Ok(()) => shared.log(&format!("connection {id}: closed")),
+                Err(e) => shared.log(&format!("connection {id}: closed: {e}")),
+            }
+        }
+        Ok(None) => {}
+        Err(e) => shared.log(&format!("connection {id} ({peer}): handshake ended: {e}")),
+    }
+    let _ = writer.flush();
+}
+
+/// Runs the handshake; returns the negotiation and the bytes read past it.
+fn handshake(
+    shared: &Shared,
+    reader: &mut Stream,
+    writer: &mut BufWriter<Stream>,
+) -> io::Result<Option<(Negotiated, Vec<u8>)>> {
+    writer.write_all(&Handshake::greeting())?;
+    writer.flush()?;
+    let mut hs = Handshake::new(shared.handshake);
+    let catalog = StoreCatalog { shared };
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut out = Vec::new();
+    loop {
+        let (used, progress) = hs.advance(&pending, &catalog, &mut out);
+        pending.drain(..used);
+        writer.write_all(&out)?;
+        writer.flush()?;
+        out.clear();
+        match progress {
+            Progress::Continue => {}
+            Progress::Transmission(neg) => return Ok(Some((neg, pending))),
+            Progress::Close(CloseReason::Abort) => return Ok(None),
+            Progress::Close(why) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{why:?}"),
+                ))
+            }
+        }
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn truncated(what: &str, got: usize, want: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("client went away in the middle of {what} ({got} of {want} bytes)"),
+    )
+}
+
+/// What a store error becomes on the wire.
+fn errno_of(e: &Error) -> Errno {
+    match e {
+        Error::NoSpace(_) => Errno::NoSpc,
+        Error::ReadOnly => Errno::Perm,
+        Error::Invalid(_) => Errno::Inval,
+        // Integrity failures, I/O errors, a vanished export, an unknown vault
+        // state: the client only learns that the I/O failed.
+        _ => Errno::Io,
+    }
+}
+
+/// The transmission loop: one request at a time until DISC or end of input.
+fn transmission(
+    shared: &Shared,
+    id: u64,
+    neg: &Negotiated,
+    input: &mut impl Read,
+    out: &mut BufWriter<Stream>,
+) -> io::Result<()> {
+    let oid = neg.export.id;
+    let store = &shared.store;
+    let mut header = [0u8; REQUEST_LEN];
+    let mut payload: Vec<u8> = Vec::new();
+    loop {
+        let got = read_full(input, &mut header)?;
+        if got == 0 {
+            return Ok(()); // the client closed between requests
+        }
+        if got < REQUEST_LEN {
+            return Err(truncated("a request header", got, REQUEST_LEN));
+        }
+        let req = match parse_request(&header) {
+            Ok(Some(r)) => r,
+            Ok(None) => unreachable!("a full header was read"),
+            Err(e) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+            }
+        };
+        shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        // The payload of a WRITE follows whatever is wrong with it: take it off the wire first.
+        let plen = req.payload_len();
+        let payload_ok = plen <= MAX_PAYLOAD;
+        if plen > 0 {
+            if payload_ok {
+                payload.resize(plen as usize, 0);
+                let got = read_full(input, &mut payload)?;
+                if got < plen as usize {
+                    return Err(truncated("a write's data", got, plen as usize));
+                }
+            } else {
+                let got = io::copy(&mut input.take(plen as u64), &mut io::sink())?;
+                if got < plen as u64 {
+                    return Err(truncated("a write's data", got as usize, plen as usize));
+                }
+            }
+        }
+        // The export may have shrunk since the handshake: honour the smaller size.
+        let size = match store.size(oid) {
+            Ok(s) => s.min(neg.export.size),
+            Err(e) => {
+                shared.log(&format!("connection {id}: export unavailable: {e}"));
+                0
+            }
+        };
+        let limits = Limits {
+            size,
+            read_only: neg.export.read_only,
+            structured: neg.structured,
+            max_payload: MAX_PAYLOAD,
+        };
+        let result = match check(&req, &limits) {
+            Ok(Action::Disconnect) => {
+                out.flush()?;
+                return Ok(());
+            }
+            Ok(action) => execute(shared, id, oid, action, &payload),
+            Err(errno) => {
+                shared.log(&format!(
+                    "connection {id}: refused {} ({}): {errno}",
+                    describe(&req),
+                    reason(&req, &limits, errno)
+                ));
+                Err((errno, format!("request refused: {errno}")))
+            }
+        };
+        if plen > 0 && payload.capacity() > 4 << 20 {
+            payload = Vec::new(); // do not keep a 32 MiB buffer for an idle connection
+        }
+        send_reply(shared, &req, neg.structured, result, out)?;
+    }
+}
+
+/// A short description of a request for the log.
+fn describe(req: &Request) -> String {
+    let name = match req.kind {
+        CMD_READ => "READ".to_string(),
+        CMD_WRITE => "WRITE".to_string(),
+        CMD_DISC => "DISC".to_string(),
+        CMD_FLUSH => "FLUSH".to_string(),
+        CMD_TRIM => "TRIM".to_string(),
+        CMD_CACHE => "CACHE".to_string(),
+        CMD_WRITE_ZEROES => "WRITE_ZEROES".to_string(),
+        CMD_BLOCK_STATUS => "BLOCK_STATUS".to_string(),
+        k => format!("command {k}"),
+    };
+    format!(
+        "{name} flags {:#x} offset {} length {}",
+        req.flags, req.offset, req.len
+    )
+}
+
+fn reason(req: &Request, limits: &Limits, errno: Errno) -> &'static str {
+    match errno {
+        Errno::Perm => "read-only export",
+        Errno::Overflow => "length over the maximum payload",
+        Errno::NotSup => "fast zero cannot avoid writing",
+        Errno::NoSpc => "past the end of the export",
+        Errno::Inval if req.len > limits.max_payload && req.kind == CMD_WRITE => {
+            "length over the maximum payload"
+        }
+        Errno::Inval
+            if req
+                .offset
+                .checked_add(req.len as u64)
+                .is_none_or(|e| e > limits.size) =>
+        {
+            "past the end of the export"
+        }
+        _ => "unknown command or flag",
+    }
+}
+
+type Outcome = Result<Option<Vec<u8>>, (Errno, String)>;
+
+/// Carries out a valid request on the store.
+fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -> Outcome {
+    let store = &shared.store;
+    let fail = |what: String, e: Error| {
+        let errno = errno_of(&e);
+        let kind = if matches!(e, Error::Corrupt(_)) {
+            "INTEGRITY FAILURE"
+        } else {
+            "error"
+        };
+        shared.log(&format!(
+            "connection {id}: {kind} in {what}: {e} (replied {errno})"
+        ));
+        (errno, format!("{what} failed: {errno}"))
+    };
+    let flush_if = |fua: bool, what: &str| -> Result<(), (Errno, String)> {
+        if fua {
+            shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+            store
+                .flush()
+                .map_err(|e| fail(format!("{what} with FUA (flush)"), e))?;
+        }
+        Ok(())
+    };
+    match action {
+        Action::Read { offset, len } => {
+            let mut data = store
+                .read(oid, offset, len as usize)
+                .map_err(|e| fail(format!("READ at {offset} length {len}"), e))?;
+            // Short only if the export shrank under us: the rest reads as zeros.
+            data.resize(len as usize, 0);
+            Ok(Some(data))
+        }
+        Action::Write { offset, len, fua } => {
+            if len > 0 {
+                store
+                    .write(oid, offset, &payload[..len as usize])
+                    .map_err(|e| fail(format!("WRITE at {offset} length {len}"), e))?;
+            }
+            flush_if(fua, "WRITE")?;
+            Ok(None)
+        }
+        Action::Flush => {
+            shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+            store.flush().map_err(|e| fail("FLUSH".into(), e))?;
+            Ok(None)
+        }
+        Action::Trim { offset, len, fua } => {
+            shared.stats.trims.fetch_add(1, Ordering::Relaxed);
+            if len > 0 {
+                store
+                    .punch_hole(oid, offset, len as u64)
+                    .map_err(|e| fail(format!("TRIM at {offset} length {len}"), e))?;
+            }
+            flush_if(fua, "TRIM")?;
+            Ok(None)
+        }
+        Action::WriteZeroes {
+            offset,
+            len,
+            fua,
+            punch,
+        } => {
+            let what = || format!("WRITE_ZEROES at {offset} length {len}");
+            if punch {
+                shared.stats.trims.fetch_add(1, Ordering::Relaxed);
+                if len > 0 {
+                    store
+                        .punch_hole(oid, offset, len as u64)
+                        .map_err(|e| fail(what(), e))?;
+                }
+            } else {
+                let zeros = vec![0u8; (len as usize).min(1 << 20)];
+                let end = offset + len as u64;
+                let mut pos = offset;
+                while pos < end {
+                    let n = (end - pos).min(zeros.len() as u64) as usize;
+                    store
+                        .write(oid, pos, &zeros[..n])
+                        .map_err(|e| fail(what(), e))?;
+                    pos += n as u64;
+                }
+            }
+            flush_if(fua, "WRITE_ZEROES")?;
+            Ok(None)
+        }
+        Action::Cache => Ok(None),
+        Action::Disconnect => Ok(None),
+    }
+}
+
+fn send_reply(
+    shared: &Shared,
+    req: &Request,
+    structured: bool,
+    result: Outcome,
+    out: &mut BufWriter<Stream>,
+) -> io::Result<()> {
+    match (result, structured) {
+        (Ok(data), false) => {
+            out.write_all(&reply::simple_reply(req.cookie, 0))?;
+            if let Some(d) = data {
+                out.write_all(&d)?;
+            }
+        }
+        (Ok(Some(d)), true) if !d.is_empty() => {
+            out.write_all(&reply::chunk_data_header(
+                req.cookie,
+                req.offset,
+                d.len() as u32,
+            ))?;
+            out.write_all(&d)?;
+        }
+        (Ok(_), true) => out.write_all(&reply::chunk_done(req.cookie))?,
+        (Err((errno, _)), false) => {
+            shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+            out.write_all(&reply::simple_reply(req.cookie, errno.code()))?;
+        }
+        (Err((errno, msg)), true) => {
+            shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+            out.write_all(&reply::chunk_error(req.cookie, errno, &msg))?;
+        }
+    }
+    out.flush()
+}

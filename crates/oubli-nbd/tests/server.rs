@@ -1,0 +1,282 @@
+//! The server's own promises: concurrent connections, a flush that covers every connection (multi-conn), clean shutdown that commits, export management.
+
+mod common;
+
+use common::*;
+use oubli_core::Error;
+use oubli_nbd::exports::*;
+use oubli_nbd::proto::*;
+use oubli_nbd::{serve, Endpoint, ServerConfig};
+use std::io::Read;
+
+const MIB: u64 = 1 << 20;
+
+/// Eight clients write their own regions at once; every write is visible
+/// to every connection, and to the store after shutdown.
+#[test]
+fn concurrent_connections_share_the_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 8 * MIB).unwrap();
+    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let socket = served.socket.clone();
+    let threads: Vec<_> = (0..8u64)
+        .map(|i| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(&socket, "disk", i % 2 == 0);
+                let mut data = vec![0u8; 64 * 1024];
+                for round in 0..16u64 {
+                    fill_random(i * 1000 + round, &mut data);
+                    let off = i * MIB + round * 64 * 1024;
+                    assert_eq!(c.write(off, &data), 0);
+                    assert!(c.read(off, data.len() as u32).unwrap() == data);
+                }
+                c.disconnect();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = RawClient::connect(&socket, "disk", false);
+    let mut data = vec![0u8; 64 * 1024];
+    for i in 0..8u64 {
+        for round in 0..16u64 {
+            fill_random(i * 1000 + round, &mut data);
+            let off = i * MIB + round * 64 * 1024;
+            assert!(c.read(off, data.len() as u32).unwrap() == data);
+        }
+    }
+    c.disconnect();
+    served.shutdown();
+}
+
+/// CAN_MULTI_CONN is honest: writes acknowledged on one connection are made
+/// durable by a FLUSH sent on another. The server is then stopped without
+/// committing and the store reopened from the medium (the intent log).
+#[test]
+fn flush_on_one_connection_covers_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 4 * MIB).unwrap();
+    store.commit().unwrap();
+    let mut served = Served::start(
+        store.clone(),
+        dir.path(),
+        ServerConfig {
+            commit_on_shutdown: false,
+            ..ServerConfig::default()
+        },
+    );
+    let mut a = RawClient::connect(&served.socket, "disk", false);
+    let mut b = RawClient::connect(&served.socket, "disk", true);
+    assert!(a.flags & FLAG_CAN_MULTI_CONN != 0);
+    let data = vec![0x3cu8; 3 * 32 * 1024 + 100]; // whole and partial cells
+    assert_eq!(a.write(12345, &data), 0);
+    assert_eq!(b.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    // FUA on a write covers that write.
+    assert_eq!(b.cmd(CMD_WRITE, CMD_FLAG_FUA, 2 * MIB, 5, b"fua!!"), 0);
+    let epoch = store.epoch();
+    a.disconnect();
+    b.disconnect();
+    served.shutdown();
+    assert_eq!(store.epoch(), epoch, "no commit was asked for");
+    drop(served);
+    drop(store); // dropped without a commit: only the intent log has the writes
+    let store = reopen_dir_store(dir.path());
+    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    assert!(store.read(e.oid, 12345, data.len()).unwrap() == data);
+    assert_eq!(store.read(e.oid, 2 * MIB, 5).unwrap(), b"fua!!");
+}
+
+/// Shutdown with clients in every state (idle in transmission, mid
+/// handshake, never spoke): it returns, the clients see the connection
+/// close, the epoch is committed, and the socket file is removed.
+#[test]
+fn shutdown_closes_connections_and_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", MIB).unwrap();
+    let served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let mut idle = RawClient::connect(&served.socket, "disk", false);
+    assert_eq!(idle.write(0, b"last words"), 0);
+    let mut greeted = RawClient::greet(&served.socket);
+    let mut silent = std::os::unix::net::UnixStream::connect(&served.socket).unwrap();
+    while served.handle().active_connections() < 3 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let epoch = store.epoch();
+    let socket = served.socket.clone();
+    let mut served = served;
+    served.shutdown();
+    assert!(store.epoch() > epoch, "shutdown commits");
+    assert!(!socket.exists());
+    let mut b = [0u8; 64];
+    assert_eq!(idle.s.read(&mut b).unwrap_or(0), 0);
+    assert_eq!(greeted.read(&mut b).unwrap_or(0), 0);
+    let mut total = 0;
+    while let Ok(n) = silent.read(&mut b) {
+        if n == 0 {
+            break;
+        }
+        total += n; // the greeting, then the close
+    }
+    assert!(total <= 18);
+    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    assert_eq!(store.read(e.oid, 0, 10).unwrap(), b"last words");
+}
+
+/// A client that never reads its replies cannot hold shutdown forever.
+#[test]
+fn shutdown_cuts_off_a_client_that_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 64 * MIB).unwrap();
+    let served = Served::start(
+        store,
+        dir.path(),
+        ServerConfig {
+            shutdown_grace: std::time::Duration::from_millis(200),
+            ..ServerConfig::default()
+        },
+    );
+    let mut c = RawClient::connect(&served.socket, "disk", false);
+    // Ask for far more reply data than socket buffers hold, and never read it.
+    for _ in 0..8 {
+        c.send(CMD_READ, 0, 0, 32 << 20, &[]);
+    }
+    let mut served = served;
+    served.shutdown();
+    drop(c);
+}
+
+#[test]
+fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    let served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let err = serve(
+        store.clone(),
+        &[Endpoint::Unix(served.socket.clone())],
+        ServerConfig::default(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    // A stale socket file (no listener) is replaced.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let second = serve(
+        store.clone(),
+        &[Endpoint::Unix(stale.clone())],
+        ServerConfig {
+            log: Captured::default().log(),
+            ..ServerConfig::default()
+        },
+    )
+    .unwrap();
+    second.shutdown().unwrap();
+    // Something that is not a socket is never removed.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(serve(
+        store,
+        &[Endpoint::Unix(file.clone())],
+        ServerConfig::default()
+    )
+    .is_err());
+    assert!(file.exists());
+}
+
+#[test]
+fn export_management() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    assert!(list_exports(&store).unwrap().is_empty());
+    let a = create_export(&store, "alpha", 10 * MIB).unwrap();
+    create_export(&store, "beta", 0).unwrap();
+    assert!(matches!(
+        create_export(&store, "alpha", 1),
+        Err(Error::Exists(_))
+    ));
+    assert!(matches!(
+        create_export(&store, "", 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        create_export(&store, "x", u64::MAX),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        create_export(&store, &"n".repeat(4097), 1),
+        Err(Error::Invalid(_))
+    ));
+    let names: Vec<_> = list_exports(&store)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.size))
+        .collect();
+    assert_eq!(names, [("alpha".into(), 10 * MIB), ("beta".into(), 0)]);
+    assert_eq!(lookup_export(&store, "alpha").unwrap(), Some(a.clone()));
+    assert_eq!(resize_export(&store, "beta", 4096).unwrap().size, 4096);
+    assert!(matches!(
+        resize_export(&store, "gamma", 1),
+        Err(Error::NoName(_))
+    ));
+    delete_export(&store, "alpha").unwrap();
+    assert!(!store.exists(a.oid).unwrap());
+    assert_eq!(lookup_export(&store, "alpha").unwrap(), None);
+    assert!(matches!(
+        delete_export(&store, "alpha"),
+        Err(Error::NoName(_))
+    ));
+    // The exports survive a reopen.
+    store.commit().unwrap();
+    drop(store);
+    let store = reopen_dir_store(dir.path());
+    assert_eq!(list_exports(&store).unwrap().len(), 1);
+}
+
+/// A `.nbd-exports` name in the root that is not an exports directory (say,
+/// a file stored under that name) is never taken for one.
+#[test]
+fn a_foreign_object_is_not_an_exports_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    let file = store.create_object(b"{}").unwrap();
+    store.link(oubli_core::ROOT_DIR, EXPORTS_DIR, file).unwrap();
+    assert!(matches!(
+        create_export(&store, "a", 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(list_exports(&store), Err(Error::Invalid(_))));
+    let served = Served::start(store, dir.path(), ServerConfig::default());
+    let mut s = RawClient::greet(&served.socket);
+    std::io::Write::write_all(&mut s, &3u32.to_be_bytes()).unwrap();
+    RawClient::send_option(&mut s, OPT_GO, &RawClient::go_data("a"));
+    assert_eq!(RawClient::option_reply(&mut s).1, REP_ERR_UNKNOWN);
+    assert!(served.log.contains("not an NBD exports directory"));
+}
+
+/// An export resized while a client is connected: the client keeps the size
+/// it was told, and requests past the new end are refused, never extend it.
+#[test]
+fn shrinking_under_a_connected_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 2 * MIB).unwrap();
+    let served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let mut c = RawClient::connect(&served.socket, "disk", false);
+    resize_export(&store, "disk", MIB).unwrap();
+    assert_eq!(c.write(MIB + 10, b"x"), Errno::NoSpc.code());
+    assert_eq!(c.read(MIB, 1), Err(Errno::Inval.code()));
+    assert_eq!(c.write(MIB - 1, b"y"), 0);
+    c.disconnect();
+    assert_eq!(lookup_export(&store, "disk").unwrap().unwrap().size, MIB);
+    // Deleted under the client: EIO, not a crash.
+    let mut c = RawClient::connect(&served.socket, "disk", false);
+    delete_export(&store, "disk").unwrap();
+    assert!(c.read(0, 1).is_err());
+    c.disconnect();
+}

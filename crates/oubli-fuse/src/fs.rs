@@ -1,0 +1,1536 @@
+//! The file system proper: inodes, names, open handles and the erasure rules over `Store` objects, independent of the kernel protocol.
+//!
+//! Every inode is a store object (inode number = object id); its POSIX
+//! attributes live in the object's metadata ([`crate::meta`]); directories are
+//! directory objects. Nothing is erased here: the engine's delete, unlink,
+//! truncate, punch and overwrite do that at the next commit. What this layer
+//! decides is *when* to call them — on the last link and the last handle —
+//! and when to commit at once (anything marked sensitive).
+//!
+//! Locks, outermost first: `gate` (namespace operations take it exclusively,
+//! data mutations and flushes shared: no engine commit or flush can fall
+//! between the steps of one namespace operation), then the inode table, then
+//! one inode at a time; the engine's own lock is innermost. The table lock is
+//! never taken while an inode lock is held.
+
+use crate::meta::{Attr, Timestamp, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use crate::options::MountOptions;
+use fuser::{Errno, FileAttr, FileType, INodeNo};
+use oubli_core::{EpochPolicy, Error as StoreError, Store, ROOT_DIR};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+pub(crate) type R<T> = Result<T, Errno>;
+
+/// Longest name accepted (as most file systems; `statfs` reports it).
+pub(crate) const NAME_MAX: usize = 255;
+/// Room for extended attributes per inode (names + values). They live in the
+/// object's metadata, which is rewritten whole on every change.
+pub(crate) const XATTR_ROOM: usize = 64 * 1024;
+/// The extended attribute that marks a file or directory sensitive.
+pub const SENSITIVE_XATTR: &[u8] = b"user.oubli.sensitive";
+/// Prefix of the names a `RENAME_EXCHANGE` parks one side under while it swaps (visible, so a crash loses nothing).
+const EXCHANGE_PREFIX: &str = ".oubli-exchange-";
+
+const S_ISUID: u32 = libc::S_ISUID;
+const S_ISGID: u32 = libc::S_ISGID;
+const S_IXGRP: u32 = libc::S_IXGRP;
+
+/// Who asks: the caller's credentials from the kernel request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Maps an engine error to the errno a program sees.
+pub(crate) fn errno(e: StoreError) -> Errno {
+    match e {
+        StoreError::NoObject(_) | StoreError::NoName(_) => Errno::ENOENT,
+        StoreError::Exists(_) => Errno::EEXIST,
+        StoreError::Invalid(_) => Errno::EINVAL,
+        StoreError::ReadOnly => Errno::EROFS,
+        StoreError::NoSpace(_) => Errno::ENOSPC,
+        other => {
+            eprintln!("oubli-fuse: store error: {other}");
+            Errno::EIO
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in one request must not wedge the mount: the state it guarded
+    // is still consistent enough to serve (each update is a single assignment).
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One inode in memory.
+pub(crate) struct Node {
+    oid: u64,
+    st: Mutex<State>,
+}
+
+struct State {
+    attr: Attr,
+    /// The object's size (symlinks: the target's length).
+    size: u64,
+    /// `attr` holds changes not yet in the store (timestamps only: everything
+    /// else is written through at once).
+    dirty: bool,
+    /// References the kernel holds (lookups minus forgets).
+    lookups: u64,
+    /// Open file handles.
+    opens: u32,
+    /// The object is gone from the store (served from memory until forgotten).
+    deleted: bool,
+}
+
+impl State {
+    fn sensitive(&self) -> bool {
+        self.attr.xattrs.contains_key(SENSITIVE_XATTR)
+    }
+}
+
+/// An open directory: its listing, taken once per handle (readdir pages through it).
+struct DirHandle {
+    oid: u64,
+    entries: Option<Arc<Vec<DirEntry>>>,
+}
+
+pub(crate) struct DirEntry {
+    pub ino: u64,
+    pub kind: FileType,
+    pub name: Vec<u8>,
+}
+
+/// What `statfs` reports.
+pub(crate) struct FsStat {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+}
+
+/// Changes a `setattr` asks for.
+#[derive(Default)]
+pub(crate) struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    /// `Some(None)`: now.
+    pub atime: Option<Option<Timestamp>>,
+    pub mtime: Option<Option<Timestamp>>,
+    pub ctime: Option<Timestamp>,
+}
+
+pub(crate) struct Fs {
+    pub(crate) store: Arc<Store>,
+    gate: RwLock<()>,
+    table: Mutex<HashMap<u64, Arc<Node>>>,
+    dirs: Mutex<HashMap<u64, DirHandle>>,
+    next_fh: AtomicU64,
+    orphans: u64,
+    owner: (u32, u32),
+    blksize: u32,
+    read_only: bool,
+    space_from: Option<PathBuf>,
+    policy: Option<EpochPolicy>,
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & S_IFMT {
+        S_IFDIR => FileType::Directory,
+        S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn check_name(name: &[u8]) -> R<()> {
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The orphan list's name for an object: its id, fixed width so it sorts.
+fn orphan_name(oid: u64) -> [u8; 8] {
+    oid.to_be_bytes()
+}
+
+impl Fs {
+    /// Prepares a store for mounting: gives the root directory POSIX
+    /// attributes on first use, creates the orphan list, and erases what a
+    /// crash left in it (files unlinked while open).
+    pub(crate) fn new(store: Arc<Store>, opts: &MountOptions) -> Result<Fs, StoreError> {
+        // SAFETY: FFI calls without arguments that cannot fail.
+        let me = unsafe { (libc::geteuid(), libc::getegid()) };
+        let owner = opts.root_owner.unwrap_or(me);
+        let status = store.status()?;
+        let root_rec = store.object(ROOT_DIR)?;
+        let mut root = Attr::decode(&root_rec.meta, true, owner).map_err(StoreError::Corrupt)?;
+        let mut changed = false;
+        if root.foreign {
+            let now = Timestamp::now();
+            let fresh = Attr::new(S_IFDIR | 0o755, owner.0, owner.1, now);
+            root = Attr {
+                parent: ROOT_DIR,
+                ..fresh
+            };
+            changed = true;
+        }
+        let mut record = root.fs.clone().unwrap_or_default();
+        if !opts.read_only {
+            if record.orphans == 0 {
+                let list = Attr::new(S_IFDIR | 0o700, 0, 0, Timestamp::now());
+                record.orphans = store.create_object(&list.encode())?;
+                changed = true;
+            }
+            // Files unlinked while open when the last session ended (crash):
+            // their last link is gone, so they are erased now.
+            for (name, oid) in store.list(record.orphans)? {
+                let unlinked = match store.object(oid) {
+                    Ok(rec) => Attr::decode(&rec.meta, false, owner)
+                        .map(|a| a.nlink == 0)
+                        .unwrap_or(true),
+                    Err(StoreError::NoObject(_)) => false,
+                    Err(e) => return Err(e),
+                };
+                if unlinked {
+                    store.delete(oid)?;
+                }
+                store.unlink(record.orphans, &name)?;
+                changed = true;
+            }
+            if !record.mounted {
+                record.mounted = true;
+                changed = true;
+            }
+        }
+        root.fs = Some(record.clone());
+        if changed && !opts.read_only {
+            store.set_meta(ROOT_DIR, &root.encode())?;
+            store.flush()?;
+        }
+        let fs = Fs {
+            store,
+            gate: RwLock::new(()),
+            table: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            orphans: record.orphans,
+            owner,
+            blksize: status.cell_size.max(64 * 1024),
+            read_only: opts.read_only,
+            space_from: opts.space_from.clone(),
+            policy: opts.policy.clone(),
+        };
+        let node = Arc::new(Node {
+            oid: ROOT_DIR,
+            st: Mutex::new(State {
+                attr: root,
+                size: 0,
+                dirty: false,
+                lookups: 1,
+                opens: 0,
+                deleted: false,
+            }),
+        });
+        lock(&fs.table).insert(ROOT_DIR, node);
+        Ok(fs)
+    }
+
+    // --- locks and inode table -------------------------------------------
+
+    fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn writable(&self) -> R<()> {
+        if self.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Reads an object's attributes and size from the store.
+    fn fetch(&self, oid: u64) -> R<(Attr, u64)> {
+        let rec = self.store.object(oid).map_err(errno)?;
+        let attr = Attr::decode(&rec.meta, oid == ROOT_DIR, self.owner).map_err(|e| {
+            eprintln!("oubli-fuse: object {oid}: {e}");
+            Errno::EIO
+        })?;
+        let size = match &attr.symlink {
+            Some(t) => t.len() as u64,
+            None => rec.size,
+        };
+        Ok((attr, size))
+    }
+
+    /// The inode in memory, loading it if needed; `lookups` references are added for the kernel.
+    fn node_ref(&self, oid: u64, lookups: u64) -> R<Arc<Node>> {
+        let mut table = lock(&self.table);
+        let node = match table.get(&oid) {
+            Some(n) => n.clone(),
+            None => {
+                let (attr, size) = self.fetch(oid)?;
+                let node = Arc::new(Node {
+                    oid,
+                    st: Mutex::new(State {
+                        attr,
+                        size,
+                        dirty: false,
+                        lookups: 0,
+                        opens: 0,
+                        deleted: false,
+                    }),
+                });
+                table.insert(oid, node.clone());
+                node
+            }
+        };
+        if lookups > 0 {
+            lock(&node.st).lookups += lookups;
+        }
+        Ok(node)
+    }
+
+    fn node(&self, oid: u64) -> R<Arc<Node>> {
+        self.node_ref(oid, 0)
+    }
+
+    /// Drops an inode from memory once neither the kernel nor a handle uses it (writing back pending changes).
+    fn evict_if_unused(&self, oid: u64) {
+        let mut table = lock(&self.table);
+        let Some(node) = table.get(&oid).cloned() else {
+            return;
+        };
+        let mut st = lock(&node.st);
+        if st.lookups > 0 || st.opens > 0 || oid == ROOT_DIR {
+            return;
+        }
+        if st.dirty && !st.deleted {
+            // Under the table lock, so nobody reloads the stale copy meanwhile.
+            if let Err(e) = self.persist(oid, &mut st) {
+                eprintln!("oubli-fuse: writing back attributes of {oid}: {e:?}");
+            }
+        }
+        table.remove(&oid);
+    }
+
+    /// Writes an inode's attributes to its object.
+    fn persist(&self, oid: u64, st: &mut State) -> R<()> {
+        if st.deleted || self.read_only {
+            return Ok(());
+        }
+        self.store.set_meta(oid, &st.attr.encode()).map_err(errno)?;
+        st.dirty = false;
+        st.attr.foreign = false;
+        Ok(())
+    }
+
+    /// Attributes of an object for a listing, without keeping it in memory.
+    fn peek_kind(&self, oid: u64) -> Option<FileType> {
+        if let Some(node) = lock(&self.table).get(&oid) {
+            return Some(kind_of(lock(&node.st).attr.mode));
+        }
+        self.fetch(oid).ok().map(|(a, _)| kind_of(a.mode))
+    }
+
+    fn file_attr(&self, oid: u64, st: &State) -> FileAttr {
+        let a = &st.attr;
+        let size = if a.is_dir() { 4096 } else { st.size };
+        FileAttr {
+            ino: INodeNo(oid),
+            size,
+            blocks: size.div_ceil(512),
+            atime: a.atime.to_system(),
+            mtime: a.mtime.to_system(),
+            ctime: a.ctime.to_system(),
+            crtime: a.btime.to_system(),
+            kind: kind_of(a.mode),
+            perm: (a.mode & 0o7777) as u16,
+            nlink: if st.deleted { 0 } else { a.nlink },
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: self.blksize,
+            flags: 0,
+        }
+    }
+
+    /// Commits now because something sensitive was deleted or overwritten.
+    fn commit_now(&self) {
+        if let Err(e) = self.store.commit() {
+            eprintln!("oubli-fuse: commit after deleting sensitive data failed (retried at the next commit): {e}");
+        }
+    }
+
+    /// The directory `oid`, checked to be one and to exist.
+    fn dir(&self, oid: u64) -> R<Arc<Node>> {
+        let node = self.node(oid)?;
+        {
+            let st = lock(&node.st);
+            if !st.attr.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            if st.deleted {
+                return Err(Errno::ENOENT);
+            }
+        }
+        Ok(node)
+    }
+
+    /// Touches a directory's mtime/ctime (kept in memory; written back lazily).
+    fn touch_dir(&self, dir: &Node, now: Timestamp) -> bool {
+        let mut st = lock(&dir.st);
+        st.attr.mtime = now;
+        st.attr.ctime = now;
+        st.dirty = true;
+        st.sensitive()
+    }
+
+    /// Adjusts a directory's link count (subdirectories) and touches it; written through.
+    fn adjust_dir(&self, dir: &Node, delta: i32, now: Timestamp) -> R<bool> {
+        let mut st = lock(&dir.st);
+        st.attr.nlink = st.attr.nlink.saturating_add_signed(delta).max(2);
+        st.attr.mtime = now;
+        st.attr.ctime = now;
+        self.persist(dir.oid, &mut st)?;
+        Ok(st.sensitive())
+    }
+
+    // --- lookups and attributes -----------------------------------------
+
+    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> R<FileAttr> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let dir = self.dir(parent)?;
+        let oid = match name {
+            b"." => parent,
+            b".." => lock(&dir.st).attr.parent.max(ROOT_DIR),
+            _ => self
+                .store
+                .lookup(parent, name)
+                .map_err(errno)?
+                .ok_or(Errno::ENOENT)?,
+        };
+        let node = self.node_ref(oid, 1)?;
+        let st = lock(&node.st);
+        Ok(self.file_attr(oid, &st))
+    }
+
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
+        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+            let mut st = lock(&node.st);
+            st.lookups = st.lookups.saturating_sub(n);
+        }
+        self.evict_if_unused(ino);
+    }
+
+    pub(crate) fn getattr(&self, ino: u64) -> R<FileAttr> {
+        let node = self.node(ino)?;
+        let st = lock(&node.st);
+        Ok(self.file_attr(ino, &st))
+    }
+
+    pub(crate) fn setattr(&self, ino: u64, req: SetAttr, _caller: Caller) -> R<FileAttr> {
+        self.writable()?;
+        let _g = self.shared();
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        let now = Timestamp::now();
+        let mut erased = false;
+        if let Some(size) = req.size {
+            match st.attr.kind() {
+                S_IFREG => {}
+                S_IFDIR => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+            if !st.deleted {
+                self.store.truncate(ino, size).map_err(errno)?;
+            }
+            erased = size < st.size;
+            if size != st.size || req.mtime.is_none() {
+                st.attr.mtime = now;
+            }
+            st.size = size;
+        }
+        if let Some(mode) = req.mode {
+            st.attr.mode = (st.attr.mode & S_IFMT) | (mode & 0o7777);
+        }
+        if let Some(uid) = req.uid {
+            st.attr.uid = uid;
+        }
+        if let Some(gid) = req.gid {
+            st.attr.gid = gid;
+        }
+        if (req.uid.is_some() || req.gid.is_some())
+            && req.mode.is_none()
+            && st.attr.kind() != S_IFDIR
+        {
+            // chown clears set-user-ID and (group-executable) set-group-ID, as the kernel would.
+            let m = st.attr.mode;
+            if m & S_ISUID != 0 || m & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP) {
+                st.attr.mode &= !(S_ISUID | S_ISGID);
+            }
+        }
+        if let Some(t) = req.atime {
+            st.attr.atime = t.unwrap_or(now);
+        }
+        if let Some(t) = req.mtime {
+            st.attr.mtime = t.unwrap_or(now);
+        }
+        st.attr.ctime = req.ctime.unwrap_or(now);
+        self.persist(ino, &mut st)?;
+        let sensitive = st.sensitive();
+        let attr = self.file_attr(ino, &st);
+        drop(st);
+        if erased && sensitive {
+            self.commit_now();
+        }
+        Ok(attr)
+    }
+
+    pub(crate) fn readlink(&self, ino: u64) -> R<Vec<u8>> {
+        let node = self.node(ino)?;
+        let st = lock(&node.st);
+        st.attr.symlink.clone().ok_or(Errno::EINVAL)
+    }
+
+    // --- creating names ---------------------------------------------------
+
+    /// Creates an object of `attr` named `name` in `parent`; returns its inode with one kernel reference (and `opens` handles).
+    fn new_child(&self, parent: u64, name: &[u8], mut attr: Attr, opens: u32) -> R<FileAttr> {
+        self.writable()?;
+        check_name(name)?;
+        let _g = self.exclusive();
+        let dir = self.dir(parent)?;
+        if self.store.lookup(parent, name).map_err(errno)?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let now = attr.ctime;
+        {
+            let pst = lock(&dir.st);
+            if pst.attr.mode & S_ISGID != 0 {
+                // BSD group semantics under a set-group-ID directory, as Linux.
+                attr.gid = pst.attr.gid;
+                if attr.is_dir() {
+                    attr.mode |= S_ISGID;
+                }
+            }
+            if let Some(v) = pst.attr.xattrs.get(SENSITIVE_XATTR) {
+                // Sensitivity is inherited by everything created inside.
+                attr.xattrs.insert(SENSITIVE_XATTR.to_vec(), v.clone());
+            }
+        }
+        let is_dir = attr.is_dir();
+        if is_dir {
+            attr.parent = parent;
+        }
+        let size = attr.symlink.as_ref().map_or(0, |t| t.len() as u64);
+        let oid = self.store.create_object(&attr.encode()).map_err(errno)?;
+        if is_dir {
+            self.adjust_dir(&dir, 1, now)?;
+        } else {
+            self.touch_dir(&dir, now);
+        }
+        if let Err(e) = self.store.link(parent, name, oid) {
+            let _ = self.store.delete(oid);
+            if is_dir {
+                let _ = self.adjust_dir(&dir, -1, now);
+            }
+            return Err(errno(e));
+        }
+        let node = Arc::new(Node {
+            oid,
+            st: Mutex::new(State {
+                attr,
+                size,
+                dirty: false,
+                lookups: 1,
+                opens,
+                deleted: false,
+            }),
+        });
+        let st = lock(&node.st);
+        let fa = self.file_attr(oid, &st);
+        drop(st);
+        lock(&self.table).insert(oid, node);
+        Ok(fa)
+    }
+
+    pub(crate) fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        caller: Caller,
+    ) -> R<FileAttr> {
+        let kind = match mode & S_IFMT {
+            0 => S_IFREG,
+            k @ (S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK) => k,
+            _ => return Err(Errno::EINVAL),
+        };
+        let mut attr = Attr::new(
+            kind | (mode & 0o7777 & !umask),
+            caller.uid,
+            caller.gid,
+            Timestamp::now(),
+        );
+        attr.rdev = rdev;
+        self.new_child(parent, name, attr, 0)
+    }
+
+    pub(crate) fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> R<FileAttr> {
+        let attr = Attr::new(
+            S_IFDIR | (mode & 0o7777 & !umask),
+            caller.uid,
+            caller.gid,
+            Timestamp::now(),
+        );
+        self.new_child(parent, name, attr, 0)
+    }
+
+    pub(crate) fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        caller: Caller,
+    ) -> R<FileAttr> {
+        if target.len() >= libc::PATH_MAX as usize {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let mut attr = Attr::new(S_IFLNK | 0o777, caller.uid, caller.gid, Timestamp::now());
+        attr.symlink = Some(target.to_vec());
+        self.new_child(parent, name, attr, 0)
+    }
+
+    pub(crate) fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> R<FileAttr> {
+        let attr = Attr::new(
+            S_IFREG | (mode & 0o7777 & !umask),
+            caller.uid,
+            caller.gid,
+            Timestamp::now(),
+        );
+        self.new_child(parent, name, attr, 1)
+    }
+
+    pub(crate) fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<FileAttr> {
+        self.writable()?;
+        check_name(newname)?;
+        let _g = self.exclusive();
+        let dir = self.dir(newparent)?;
+        let node = self.node(ino)?;
+        if self
+            .store
+            .lookup(newparent, newname)
+            .map_err(errno)?
+            .is_some()
+        {
+            return Err(Errno::EEXIST);
+        }
+        let now = Timestamp::now();
+        let mut st = lock(&node.st);
+        if st.attr.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        if st.deleted || st.attr.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if st.attr.nlink >= u32::MAX - 1 {
+            return Err(Errno::EMLINK);
+        }
+        // Count first, name second: a crash in between leaves one link too
+        // many counted (kept data), never a name on an object counted dead.
+        st.attr.nlink += 1;
+        st.attr.ctime = now;
+        self.persist(ino, &mut st)?;
+        if let Err(e) = self.store.link(newparent, newname, ino) {
+            st.attr.nlink -= 1;
+            let _ = self.persist(ino, &mut st);
+            return Err(errno(e));
+        }
+        st.lookups += 1;
+        let fa = self.file_attr(ino, &st);
+        drop(st);
+        self.touch_dir(&dir, now);
+        Ok(fa)
+    }
+
+    // --- removing names ---------------------------------------------------
+
+    /// One link of `node` is gone (its name already removed or about to be by
+    /// the caller's next engine step). With no link left, the object is
+    /// erased — now, or when its last handle closes. Returns whether it was
+    /// sensitive. The caller holds the gate exclusively and has put the object
+    /// on the orphan list if `last` is set.
+    fn drop_link(&self, node: &Node, now: Timestamp) -> R<bool> {
+        let mut st = lock(&node.st);
+        let sensitive = st.sensitive();
+        if st.attr.is_dir() {
+            st.attr.nlink = 0;
+        } else {
+            st.attr.nlink = st.attr.nlink.saturating_sub(1);
+        }
+        st.attr.ctime = now;
+        if st.attr.nlink > 0 || st.opens > 0 {
+            self.persist(node.oid, &mut st)?;
+        }
+        Ok(sensitive)
+    }
+
+    /// After the name is gone: erases the object if nothing holds it any more.
+    fn finish_unlinked(&self, node: &Node) -> R<()> {
+        let mut st = lock(&node.st);
+        if st.attr.nlink > 0 || st.opens > 0 || st.deleted {
+            return Ok(());
+        }
+        self.store.delete(node.oid).map_err(errno)?;
+        st.deleted = true;
+        drop(st);
+        self.store
+            .unlink(self.orphans, &orphan_name(node.oid))
+            .map_err(errno)?;
+        Ok(())
+    }
+
+    /// Whether removing one link of `node` removes its last one.
+    fn last_link(&self, node: &Node) -> bool {
+        let st = lock(&node.st);
+        st.attr.is_dir() || st.attr.nlink <= 1
+    }
+
+    fn list_orphan(&self, oid: u64) -> R<()> {
+        match self.store.link(self.orphans, &orphan_name(oid), oid) {
+            Ok(()) | Err(StoreError::Exists(_)) => Ok(()),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> R<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> R<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], want_dir: bool) -> R<()> {
+        self.writable()?;
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if want_dir && name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        if want_dir && name == b".." {
+            return Err(Errno::ENOTEMPTY);
+        }
+        let _g = self.exclusive();
+        let dir = self.dir(parent)?;
+        let oid = self
+            .store
+            .lookup(parent, name)
+            .map_err(errno)?
+            .ok_or(Errno::ENOENT)?;
+        let node = self.node(oid)?;
+        let is_dir = lock(&node.st).attr.is_dir();
+        match (want_dir, is_dir) {
+            (true, false) => return Err(Errno::ENOTDIR),
+            (false, true) => return Err(Errno::EISDIR),
+            _ => {}
+        }
+        if is_dir && !self.store.list(oid).map_err(errno)?.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        let now = Timestamp::now();
+        let last = self.last_link(&node);
+        // Orphan list first: whatever commit falls between the steps below,
+        // a crash leaves the object either named or listed for erasure.
+        if last {
+            self.list_orphan(oid)?;
+        }
+        let mut sensitive = self.drop_link(&node, now)?;
+        sensitive |= if is_dir {
+            self.adjust_dir(&dir, -1, now)?
+        } else {
+            self.touch_dir(&dir, now)
+        };
+        self.store.unlink(parent, name).map_err(errno)?;
+        if last {
+            self.finish_unlinked(&node)?;
+        }
+        drop(node);
+        self.evict_if_unused(oid);
+        if sensitive {
+            self.commit_now();
+        }
+        Ok(())
+    }
+
+    // --- rename -----------------------------------------------------------
+
+    pub(crate) fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> R<()> {
+        self.writable()?;
+        check_name(name)?;
+        check_name(newname)?;
+        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 || (noreplace && exchange)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let _g = self.exclusive();
+        let src_dir = self.dir(parent)?;
+        let dst_dir = self.dir(newparent)?;
+        let src = self
+            .store
+            .lookup(parent, name)
+            .map_err(errno)?
+            .ok_or(Errno::ENOENT)?;
+        let dst = self.store.lookup(newparent, newname).map_err(errno)?;
+        if exchange {
+            let dst = dst.ok_or(Errno::ENOENT)?;
+            return self.exchange(&src_dir, name, src, &dst_dir, newname, dst);
+        }
+        if dst == Some(src) {
+            // Two links of one file: POSIX says do nothing.
+            return Ok(());
+        }
+        if noreplace && dst.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let node = self.node(src)?;
+        let src_is_dir = lock(&node.st).attr.is_dir();
+        if src_is_dir && parent != newparent && self.is_ancestor(src, newparent)? {
+            return Err(Errno::EINVAL);
+        }
+        let now = Timestamp::now();
+        let mut sensitive = false;
+        let mut victim = None;
+        if let Some(d) = dst {
+            let vnode = self.node(d)?;
+            let v_is_dir = lock(&vnode.st).attr.is_dir();
+            match (src_is_dir, v_is_dir) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (false, true) => return Err(Errno::EISDIR),
+                (true, true) if !self.store.list(d).map_err(errno)?.is_empty() => {
+                    return Err(Errno::ENOTEMPTY)
+                }
+                _ => {}
+            }
+            let last = self.last_link(&vnode);
+            if last {
+                self.list_orphan(d)?;
+            }
+            sensitive |= self.drop_link(&vnode, now)?;
+            if v_is_dir {
+                // The replaced directory's `..` link to the new parent goes.
+                sensitive |= self.adjust_dir(&dst_dir, -1, now)?;
+            }
+            victim = Some((vnode, last));
+        }
+        {
+            let mut st = lock(&node.st);
+            sensitive |= st.sensitive();
+            st.attr.ctime = now;
+            if src_is_dir && parent != newparent {
+                st.attr.parent = newparent;
+            }
+            self.persist(src, &mut st)?;
+        }
+        if src_is_dir && parent != newparent {
+            sensitive |= self.adjust_dir(&src_dir, -1, now)?;
+            self.adjust_dir(&dst_dir, 1, now)?;
+        } else {
+            sensitive |= self.touch_dir(&src_dir, now);
+            self.touch_dir(&dst_dir, now);
+        }
+        // One engine step moves the name (and replaces the target's): both land in one log batch.
+        self.store
+            .rename(parent, name, newparent, newname, true)
+            .map_err(errno)?;
+        if let Some((vnode, last)) = victim {
+            if last {
+                self.finish_unlinked(&vnode)?;
+            }
+            let oid = vnode.oid;
+            drop(vnode);
+            self.evict_if_unused(oid);
+        }
+        if sensitive {
+            self.commit_now();
+        }
+        Ok(())
+    }
+
+    /// Whether directory `dir` is `of` or one of its ancestors.
+    fn is_ancestor(&self, dir: u64, of: u64) -> R<bool> {
+        let mut cur = of;
+        for _ in 0..4096 {
+            if cur == dir {
+                return Ok(true);
+            }
+            if cur == ROOT_DIR {
+                return Ok(false);
+            }
+            let node = self.node(cur)?;
+            let parent = lock(&node.st).attr.parent;
+            if parent == 0 || parent == cur {
+                return Ok(false);
+            }
+            cur = parent;
+        }
+        Err(Errno::ELOOP)
+    }
+
+    /// `RENAME_EXCHANGE`: swaps two names. The engine moves one name at a time,
+    /// so one side is parked under a visible temporary name in between: a
+    /// crash leaves both objects named.
+    fn exchange(
+        &self,
+        a_dir: &Node,
+        a_name: &[u8],
+        a: u64,
+        b_dir: &Node,
+        b_name: &[u8],
+        b: u64,
+    ) -> R<()> {
+        if a == b {
+            return Ok(());
+        }
+        let an = self.node(a)?;
+        let bn = self.node(b)?;
+        let a_is_dir = lock(&an.st).attr.is_dir();
+        let b_is_dir = lock(&bn.st).attr.is_dir();
+        if a_dir.oid != b_dir.oid {
+            if a_is_dir && self.is_ancestor(a, b_dir.oid)? {
+                return Err(Errno::EINVAL);
+            }
+            if b_is_dir && self.is_ancestor(b, a_dir.oid)? {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let now = Timestamp::now();
+        let park = format!("{EXCHANGE_PREFIX}{b}").into_bytes();
+        for (node, new_parent, is_dir) in [(&an, b_dir.oid, a_is_dir), (&bn, a_dir.oid, b_is_dir)] {
+            let mut st = lock(&node.st);
+            st.attr.ctime = now;
+            if is_dir {
+                st.attr.parent = new_parent;
+            }
+            self.persist(node.oid, &mut st)?;
+        }
+        if a_dir.oid != b_dir.oid && a_is_dir != b_is_dir {
+            let (gain, lose) = if a_is_dir {
+                (b_dir, a_dir)
+            } else {
+                (a_dir, b_dir)
+            };
+            self.adjust_dir(gain, 1, now)?;
+            self.adjust_dir(lose, -1, now)?;
+        }
+        self.touch_dir(a_dir, now);
+        self.touch_dir(b_dir, now);
+        self.store
+            .rename(b_dir.oid, b_name, a_dir.oid, &park, false)
+            .map_err(errno)?;
+        self.store
+            .rename(a_dir.oid, a_name, b_dir.oid, b_name, false)
+            .map_err(errno)?;
+        self.store
+            .rename(a_dir.oid, &park, a_dir.oid, a_name, false)
+            .map_err(errno)?;
+        Ok(())
+    }
+
+    // --- files --------------------------------------------------------------
+
+    pub(crate) fn open(&self, ino: u64, write: bool) -> R<()> {
+        if write {
+            self.writable()?;
+        }
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        if st.deleted {
+            return Err(Errno::ENOENT);
+        }
+        st.opens += 1;
+        Ok(())
+    }
+
+    pub(crate) fn release(&self, ino: u64) {
+        let Some(node) = lock(&self.table).get(&ino).cloned() else {
+            return;
+        };
+        let last_handle_of_unlinked = {
+            let mut st = lock(&node.st);
+            st.opens = st.opens.saturating_sub(1);
+            if st.opens == 0 && st.attr.nlink > 0 && st.dirty {
+                if let Err(e) = self.persist(ino, &mut st) {
+                    eprintln!("oubli-fuse: writing back attributes of {ino}: {e:?}");
+                }
+            }
+            st.opens == 0 && st.attr.nlink == 0 && !st.deleted
+        };
+        if last_handle_of_unlinked && !self.read_only {
+            let _g = self.exclusive();
+            let sensitive = lock(&node.st).sensitive();
+            if let Err(e) = self.finish_unlinked(&node) {
+                eprintln!(
+                    "oubli-fuse: erasing unlinked object {ino}: {e:?} (erased at the next mount)"
+                );
+            }
+            if sensitive {
+                self.commit_now();
+            }
+        }
+        drop(node);
+        self.evict_if_unused(ino);
+    }
+
+    pub(crate) fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
+        let data = self.store.read(ino, offset, size as usize).map_err(errno)?;
+        // relatime: the access time moves when it is older than the last change or a day old.
+        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+            let mut st = lock(&node.st);
+            let now = Timestamp::now();
+            let a = &st.attr;
+            if a.atime <= a.mtime || a.atime <= a.ctime || now.secs - a.atime.secs >= 86_400 {
+                st.attr.atime = now;
+                st.dirty = true;
+            }
+        }
+        Ok(data)
+    }
+
+    pub(crate) fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u32> {
+        self.writable()?;
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > i64::MAX as u64)
+        {
+            return Err(Errno::EFBIG);
+        }
+        let _g = self.shared();
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        let overwrote = offset < st.size && !data.is_empty();
+        self.store.write(ino, offset, data).map_err(errno)?;
+        let end = offset + data.len() as u64;
+        if end > st.size && !data.is_empty() {
+            st.size = end;
+        }
+        let now = Timestamp::now();
+        st.attr.mtime = now;
+        st.attr.ctime = now;
+        st.dirty = true;
+        let sensitive = st.sensitive();
+        drop(st);
+        if overwrote && sensitive {
+            self.commit_now();
+        }
+        Ok(data.len() as u32)
+    }
+
+    pub(crate) fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
+        self.writable()?;
+        const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if mode & PUNCH_HOLE != 0 && (mode & KEEP_SIZE == 0 || mode & ZERO_RANGE != 0) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        if length == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let _g = self.shared();
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        if st.attr.kind() != S_IFREG {
+            return Err(Errno::ENODEV);
+        }
+        let mut erased = false;
+        if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
+            // No preallocation: a zeroed range is a hole, and its old bytes are erased.
+            if offset < st.size {
+                self.store.punch_hole(ino, offset, length).map_err(errno)?;
+                erased = true;
+            }
+        }
+        if mode & KEEP_SIZE == 0 && end > st.size {
+            self.store.truncate(ino, end).map_err(errno)?;
+            st.size = end;
+        }
+        let now = Timestamp::now();
+        if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 || mode & KEEP_SIZE == 0 {
+            st.attr.mtime = now;
+            st.attr.ctime = now;
+            st.dirty = true;
+        }
+        let sensitive = st.sensitive();
+        drop(st);
+        if erased && sensitive {
+            self.commit_now();
+        }
+        Ok(())
+    }
+
+    /// fsync / fdatasync / fsyncdir: the inode's pending attributes, then every write so far, made durable (intent log).
+    pub(crate) fn fsync(&self, ino: u64) -> R<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _g = self.shared();
+        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+            let mut st = lock(&node.st);
+            if st.dirty {
+                self.persist(ino, &mut st)?;
+            }
+        }
+        self.store.flush().map_err(errno)
+    }
+
+    // --- directories --------------------------------------------------------
+
+    pub(crate) fn opendir(&self, ino: u64) -> R<u64> {
+        self.dir(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.dirs).insert(
+            fh,
+            DirHandle {
+                oid: ino,
+                entries: None,
+            },
+        );
+        Ok(fh)
+    }
+
+    /// Calls `add(entry, next offset)` from `offset` on until it returns true (reply full).
+    pub(crate) fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        add: &mut dyn FnMut(&DirEntry, u64) -> bool,
+    ) -> R<()> {
+        let cached = {
+            let dirs = lock(&self.dirs);
+            let h = dirs.get(&fh).ok_or(Errno::EBADF)?;
+            if h.oid != ino {
+                return Err(Errno::EBADF);
+            }
+            if offset == 0 {
+                None
+            } else {
+                h.entries.clone()
+            }
+        };
+        let entries = match cached {
+            Some(e) => e,
+            None => {
+                // Taken once per handle (and on rewind): the listing is O(n),
+                // every later page is a slice of it.
+                let e = Arc::new(self.listing(ino)?);
+                if let Some(h) = lock(&self.dirs).get_mut(&fh) {
+                    h.entries = Some(e.clone());
+                }
+                e
+            }
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            if add(e, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn listing(&self, ino: u64) -> R<Vec<DirEntry>> {
+        let node = self.node(ino)?;
+        let (parent, deleted) = {
+            let st = lock(&node.st);
+            (st.attr.parent.max(ROOT_DIR), st.deleted)
+        };
+        let mut out = vec![
+            DirEntry {
+                ino,
+                kind: FileType::Directory,
+                name: b".".to_vec(),
+            },
+            DirEntry {
+                ino: parent,
+                kind: FileType::Directory,
+                name: b"..".to_vec(),
+            },
+        ];
+        if deleted {
+            return Ok(out);
+        }
+        for (name, target) in self.store.list(ino).map_err(errno)? {
+            // A name whose object is gone cannot be opened; leave it out.
+            if let Some(kind) = self.peek_kind(target) {
+                out.push(DirEntry {
+                    ino: target,
+                    kind,
+                    name,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn releasedir(&self, fh: u64) {
+        lock(&self.dirs).remove(&fh);
+    }
+
+    // --- extended attributes -------------------------------------------------
+
+    pub(crate) fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> R<()> {
+        self.writable()?;
+        check_xattr_name(name)?;
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        let exists = st.attr.xattrs.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && exists {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !exists {
+            return Err(Errno::NO_XATTR);
+        }
+        let old = st.attr.xattrs.get(name).map_or(0, |v| name.len() + v.len());
+        if st.attr.xattr_bytes() - old + name.len() + value.len() > XATTR_ROOM {
+            return Err(Errno::ENOSPC);
+        }
+        st.attr.xattrs.insert(name.to_vec(), value.to_vec());
+        st.attr.ctime = Timestamp::now();
+        self.persist(ino, &mut st)
+    }
+
+    pub(crate) fn getxattr(&self, ino: u64, name: &[u8]) -> R<Vec<u8>> {
+        check_xattr_name(name)?;
+        let node = self.node(ino)?;
+        let st = lock(&node.st);
+        st.attr.xattrs.get(name).cloned().ok_or(Errno::NO_XATTR)
+    }
+
+    pub(crate) fn listxattr(&self, ino: u64) -> R<Vec<u8>> {
+        let node = self.node(ino)?;
+        let st = lock(&node.st);
+        let mut out = Vec::new();
+        for name in st.attr.xattrs.keys() {
+            out.extend_from_slice(name);
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
+        self.writable()?;
+        check_xattr_name(name)?;
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        if st.attr.xattrs.remove(name).is_none() {
+            return Err(Errno::NO_XATTR);
+        }
+        st.attr.ctime = Timestamp::now();
+        self.persist(ino, &mut st)
+    }
+
+    // --- permissions ---------------------------------------------------------
+
+    /// `access(2)`, for mounts without `default_permissions` (the kernel checks otherwise).
+    pub(crate) fn access(&self, ino: u64, mask: i32, caller: Caller) -> R<()> {
+        let node = self.node(ino)?;
+        let st = lock(&node.st);
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let mode = st.attr.mode;
+        if caller.uid == 0 {
+            // Root may do anything, except execute a file nobody may execute.
+            if mask & libc::X_OK != 0 && mode & 0o111 == 0 && !st.attr.is_dir() {
+                return Err(Errno::EACCES);
+            }
+            return Ok(());
+        }
+        let bits = if caller.uid == st.attr.uid {
+            (mode >> 6) & 7
+        } else if caller.gid == st.attr.gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if (mask as u32) & !bits & 7 != 0 {
+            return Err(Errno::EACCES);
+        }
+        Ok(())
+    }
+
+    // --- whole file system ---------------------------------------------------
+
+    pub(crate) fn statfs(&self) -> R<FsStat> {
+        let status = self.store.status().map_err(errno)?;
+        let bsize: u64 = 4096;
+        let used = status.medium_bytes.max(status.live_bytes);
+        let (total, free, avail) = match self.space_from.as_deref().and_then(host_space) {
+            Some((total, free, avail)) => (total.max(used + free), free, avail),
+            // Unknown medium: report the used space plus a nominal 1 TiB free.
+            None => (used + (1 << 40), 1 << 40, 1 << 40),
+        };
+        let files: u64 = 1 << 32;
+        let inodes = lock(&self.table).len() as u64;
+        Ok(FsStat {
+            blocks: total / bsize,
+            bfree: free / bsize,
+            bavail: avail / bsize,
+            files,
+            ffree: files - inodes,
+            bsize: bsize as u32,
+        })
+    }
+
+    /// Writes back every pending attribute change.
+    fn persist_all(&self) {
+        let nodes: Vec<Arc<Node>> = lock(&self.table).values().cloned().collect();
+        for node in nodes {
+            let mut st = lock(&node.st);
+            if st.dirty {
+                if let Err(e) = self.persist(node.oid, &mut st) {
+                    eprintln!("oubli-fuse: writing back attributes of {}: {e:?}", node.oid);
+                }
+            }
+        }
+    }
+
+    /// The erasure barrier: pending attributes written, then the epoch ends.
+    pub(crate) fn purge(&self) -> Result<(), StoreError> {
+        let _g = self.exclusive();
+        self.persist_all();
+        self.store.purge()
+    }
+
+    /// Makes everything durable without ending the epoch.
+    pub(crate) fn flush_all(&self) -> Result<(), StoreError> {
+        let _g = self.exclusive();
+        self.persist_all();
+        self.store.flush()
+    }
+
+    /// Timer: the store's own policy, then the mount's (checked against the store's counters).
+    pub(crate) fn tick(&self) {
+        if self.read_only {
+            return;
+        }
+        let _g = self.exclusive();
+        self.store.tick();
+        let Some(p) = &self.policy else { return };
+        let Ok(s) = self.store.status() else { return };
+        let changed = s.bytes_written_this_epoch > 0 || s.pending_deletions > 0;
+        let due = p.bytes.is_some_and(|b| s.bytes_written_this_epoch >= b)
+            || p.deletions.is_some_and(|d| s.pending_deletions >= d)
+            || (changed
+                && p.interval
+                    .is_some_and(|i| Duration::from_secs(s.seconds_since_commit) >= i));
+        if due {
+            if let Err(e) = self.store.commit() {
+                eprintln!("oubli-fuse: epoch commit failed (retried at the next tick): {e}");
+            }
+        }
+    }
+
+    /// Unmount: pending attributes written, the mounted flag cleared, the epoch committed.
+    pub(crate) fn destroy(&self) {
+        if self.read_only {
+            return;
+        }
+        let _g = self.exclusive();
+        self.persist_all();
+        if let Some(root) = lock(&self.table).get(&ROOT_DIR).cloned() {
+            let mut st = lock(&root.st);
+            if let Some(fs) = st.attr.fs.as_mut() {
+                fs.mounted = false;
+            }
+            if let Err(e) = self.persist(ROOT_DIR, &mut st) {
+                eprintln!("oubli-fuse: writing the root directory at unmount: {e:?}");
+            }
+        }
+        if let Err(e) = self.store.commit() {
+            eprintln!("oubli-fuse: commit at unmount failed: {e}");
+            let _ = self.store.flush();
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn fs_record(&self) -> Option<crate::meta::FsRecord> {
+        let root = lock(&self.table).get(&ROOT_DIR).cloned()?;
+        let st = lock(&root.st);
+        st.attr.fs.clone()
+    }
+}
+
+fn check_xattr_name(name: &[u8]) -> R<()> {
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(Errno::ERANGE);
+    }
+    // POSIX ACLs would need enforcement the kernel only does with FUSE_POSIX_ACL.
+    if name.starts_with(b"system.") {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if [&b"user."[..], b"trusted.", b"security."]
+        .iter()
+        .any(|p| name.starts_with(p) && name.len() > p.len())
+    {
+        Ok(())
+    } else {
+        Err(Errno::EOPNOTSUPP)
+    }
+}
+
+/// (total, free, available to unprivileged users) bytes of the file system holding `path`.
+fn host_space(path: &std::path::Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: FFI; `c` is a valid NUL-terminated path and `s` a writable statvfs.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let s = unsafe { s.assume_init() };
+    let f = s.f_frsize;
+    Some((s.f_blocks * f, s.f_bfree * f, s.f_bavail * f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oubli_core::{CreateOptions, Options};
+
+    fn store() -> Arc<Store> {
+        let options = Options {
+            policy: EpochPolicy::manual(),
+            ..Options::default()
+        };
+        Arc::new(
+            Store::create(
+                Arc::new(oubli_media::MemMedium::new()),
+                |r| Ok(oubli_vault::MemoryVault::new(r.clone())),
+                CreateOptions::default(),
+                options,
+            )
+            .unwrap(),
+        )
+    }
+
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+
+    #[test]
+    fn files_unlinked_while_open_are_erased_by_the_next_mount() {
+        let store = store();
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        assert!(fs.fs_record().unwrap().mounted);
+        let f = fs
+            .create(ROOT_DIR, b"open-file", 0o644, 0, ME)
+            .unwrap()
+            .ino
+            .0;
+        fs.write(f, 0, b"secret").unwrap();
+        fs.unlink(ROOT_DIR, b"open-file").unwrap();
+        assert!(store.exists(f).unwrap(), "kept while open");
+        let orphans = fs.fs_record().unwrap().orphans;
+        assert_eq!(store.list(orphans).unwrap().len(), 1);
+        // Crash: the handle is never released, no unmount.
+        store.flush().unwrap();
+        drop(fs);
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        assert!(!store.exists(f).unwrap(), "erased at the next mount");
+        assert!(store.list(orphans).unwrap().is_empty());
+        fs.destroy();
+        assert!(!fs.fs_record().unwrap().mounted);
+    }
+
+    #[test]
+    fn last_close_erases_and_empties_the_orphan_list() {
+        let store = store();
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        let f = fs.create(ROOT_DIR, b"f", 0o644, 0, ME).unwrap().ino.0;
+        fs.open(f, false).unwrap();
+        fs.unlink(ROOT_DIR, b"f").unwrap();
+        fs.release(f);
+        assert!(store.exists(f).unwrap(), "one handle still open");
+        fs.release(f);
+        assert!(!store.exists(f).unwrap());
+        let orphans = fs.fs_record().unwrap().orphans;
+        assert!(store.list(orphans).unwrap().is_empty());
+        // Not open at all: erased with its name.
+        let g = fs.create(ROOT_DIR, b"g", 0o644, 0, ME).unwrap().ino.0;
+        fs.release(g);
+        fs.unlink(ROOT_DIR, b"g").unwrap();
+        assert!(!store.exists(g).unwrap());
+    }
+
+    #[test]
+    fn foreign_objects_show_as_files() {
+        let store = store();
+        let oid = store
+            .create_object(br#"{"kind":"file","mtime":1}"#)
+            .unwrap();
+        store.write(oid, 0, b"from the CLI").unwrap();
+        store.link(ROOT_DIR, b"put", oid).unwrap();
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        let a = fs.lookup(ROOT_DIR, b"put").unwrap();
+        assert_eq!((a.kind, a.size, a.nlink), (FileType::RegularFile, 12, 1));
+        assert_eq!(fs.read(oid, 0, 100).unwrap(), b"from the CLI");
+        let root = fs.getattr(ROOT_DIR).unwrap();
+        assert_eq!((root.kind, root.perm), (FileType::Directory, 0o755));
+    }
+}

@@ -1,0 +1,358 @@
+//! oubli-fuse: a FUSE file system over an oubli store, in which rm, truncate and overwrite really erase.
+//!
+//! A thin front-end: every inode is a store object (inode number = object
+//! id), its POSIX attributes are kept in the object's metadata (a compact
+//! versioned encoding, docs/FORMAT.md "FUSE metadata"), and directories are
+//! the store's directory objects. The engine does the erasing: removing the
+//! last link deletes the object, truncate and hole punching drop the cells
+//! past or inside the range, overwriting replaces cells — and the next commit
+//! (epoch end) makes every old copy unrecoverable. Names, sizes and
+//! timestamps live in the same key tree and go the same way.
+//!
+//! When an epoch ends: the store's [`EpochPolicy`](oubli_core::EpochPolicy),
+//! the mount's own policy checked by a timer ([`MountOptions::policy`]), at
+//! once after anything marked sensitive (the extended attribute
+//! `user.oubli.sensitive`, inherited by new children) is deleted or
+//! overwritten, on [`Session::purge`], and at unmount.
+//!
+//! Files unlinked while open keep their object until the last handle
+//! closes; they sit on an orphan list in the store meanwhile, so the mount
+//! after a crash erases them.
+//!
+//! ```no_run
+//! # fn demo(store: std::sync::Arc<oubli_core::Store>) -> Result<(), oubli_fuse::Error> {
+//! let mut options = oubli_fuse::MountOptions::default();
+//! options.parse("fsname=secrets,epoch_interval=30").map_err(oubli_fuse::Error::Options)?;
+//! let session = oubli_fuse::mount(store, "/mnt/secrets", options)?;
+//! // ... the file system is in use ...
+//! session.unmount()?; // commits: everything deleted is now unrecoverable
+//! # Ok(()) }
+//! ```
+
+mod fs;
+mod kernel;
+pub mod meta;
+mod options;
+
+pub use fs::SENSITIVE_XATTR;
+pub use options::MountOptions;
+
+use fs::Fs;
+use fuser::{Config, MountOption, SessionACL};
+use oubli_core::Store;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Why mounting (or unmounting) failed.
+#[derive(Debug)]
+pub enum Error {
+    /// FUSE cannot work on this machine; the message says what to install or load.
+    FuseUnavailable(String),
+    /// A bad `-o` option.
+    Options(String),
+    /// The store refused (opening the root directory, the orphan list).
+    Store(oubli_core::Error),
+    /// The kernel or fusermount3 refused the mount, or the unmount failed.
+    Mount(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::FuseUnavailable(why) => write!(f, "FUSE is not available: {why}"),
+            Error::Options(why) => write!(f, "bad mount option: {why}"),
+            Error::Store(e) => write!(f, "{e}"),
+            Error::Mount(e) => write!(f, "mount failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Store(e) => Some(e),
+            Error::Mount(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<oubli_core::Error> for Error {
+    fn from(e: oubli_core::Error) -> Self {
+        Error::Store(e)
+    }
+}
+
+/// Checks that this machine can mount FUSE file systems: `/dev/fuse`, and
+/// `fusermount3` (Debian package `fuse3`) unless running as root.
+pub fn check_fuse() -> Result<(), Error> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Error::FuseUnavailable(
+            "/dev/fuse is missing: load the fuse kernel module (modprobe fuse) or, in a container, pass the device through (--device /dev/fuse)".into(),
+        ));
+    }
+    // SAFETY: FFI call without arguments that cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root && find_in_path("fusermount3").is_none() {
+        return Err(Error::FuseUnavailable(
+            "fusermount3 was not found: install the Debian package fuse3 (apt-get install fuse3)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn config(opts: &MountOptions) -> Config {
+    let mut mount_options = vec![MountOption::FSName(opts.fsname.clone())];
+    if !opts.subtype.is_empty() {
+        // As a kernel option, so that mount(2) (as root) shows the type
+        // `fuse.<subtype>` just as fusermount3 does.
+        mount_options.push(MountOption::CUSTOM(format!("subtype={}", opts.subtype)));
+    }
+    // Always: the kernel enforces the stored modes (see MountOptions::default_permissions).
+    mount_options.push(MountOption::DefaultPermissions);
+    mount_options.push(if opts.read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    for e in &opts.extra {
+        mount_options.push(match e.as_str() {
+            "noatime" => MountOption::NoAtime,
+            "atime" => MountOption::Atime,
+            "nosuid" => MountOption::NoSuid,
+            "nodev" => MountOption::NoDev,
+            "noexec" => MountOption::NoExec,
+            "sync" => MountOption::Sync,
+            "dirsync" => MountOption::DirSync,
+            other => MountOption::CUSTOM(other.to_string()),
+        });
+    }
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    // One /dev/fuse descriptor per request loop: the loops do not contend on one queue.
+    config.clone_fd = true;
+    config
+}
+
+/// Calls `Fs::tick` every `period` until stopped.
+struct Ticker {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(fs: Arc<Fs>, period: Duration) -> io::Result<Ticker> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("oubli-epoch".into())
+            .spawn(move || {
+                let (lock, cv) = &*flag;
+                let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let (guard, _) = cv
+                        .wait_timeout(stopped, period)
+                        .unwrap_or_else(|p| p.into_inner());
+                    stopped = guard;
+                    if *stopped {
+                        return;
+                    }
+                    drop(stopped);
+                    fs.tick();
+                    stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                }
+            })?;
+        Ok(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A mounted file system served by background threads. Dropping it unmounts.
+pub struct Session {
+    fs: Arc<Fs>,
+    unmounter: fuser::SessionUnmounter,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    ticker: Ticker,
+    mountpoint: PathBuf,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("mountpoint", &self.mountpoint)
+            .finish()
+    }
+}
+
+impl Session {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The store behind the mount.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.fs.store
+    }
+
+    /// The erasure barrier: ends the epoch now, so that everything deleted
+    /// through the mount so far is unrecoverable when it returns. Prefer this
+    /// to `Store::purge` while mounted: it waits for namespace operations in
+    /// flight and writes pending timestamps first.
+    pub fn purge(&self) -> Result<(), oubli_core::Error> {
+        self.fs.purge()
+    }
+
+    /// Makes every write so far durable without ending the epoch.
+    pub fn flush(&self) -> Result<(), oubli_core::Error> {
+        self.fs.flush_all()
+    }
+
+    /// False once the file system was unmounted (from outside, e.g. `fusermount3 -u`).
+    pub fn is_mounted(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Unmounts, waits for the request loops to end, and commits the epoch.
+    pub fn unmount(mut self) -> Result<(), Error> {
+        self.finish(true)
+    }
+
+    /// Waits until the file system is unmounted from outside (then commits, as at any unmount).
+    pub fn wait(mut self) -> Result<(), Error> {
+        self.finish(false)
+    }
+
+    fn finish(&mut self, unmount: bool) -> Result<(), Error> {
+        let mut result = Ok(());
+        if unmount {
+            if let Err(e) = self.unmounter.unmount() {
+                result = Err(Error::Mount(e));
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if result.is_ok() {
+                        result = Err(Error::Mount(e));
+                    }
+                }
+                Err(_) => {
+                    if result.is_ok() {
+                        result = Err(Error::Mount(io::Error::other(
+                            "a FUSE request loop panicked",
+                        )));
+                    }
+                }
+            }
+        }
+        self.ticker.stop();
+        result
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.finish(true);
+        }
+    }
+}
+
+/// Mounts `store` at `mountpoint` and serves it from background threads
+/// until [`Session::unmount`] (or an unmount from outside). Returns once the
+/// kernel has the file system.
+pub fn mount(
+    store: Arc<Store>,
+    mountpoint: impl AsRef<Path>,
+    options: MountOptions,
+) -> Result<Session, Error> {
+    check_fuse()?;
+    let mountpoint = mountpoint.as_ref().to_path_buf();
+    let fs = Arc::new(Fs::new(store, &options)?);
+    let config = config(&options);
+    let mut session = fuser::Session::new(kernel::Kernel::new(fs.clone()), &mountpoint, &config)
+        .map_err(|e| mount_error(e, &mountpoint))?;
+    let unmounter = session.unmount_callable();
+    let thread = std::thread::Builder::new()
+        .name("oubli-fuse".into())
+        .spawn(move || session.run())
+        .map_err(Error::Mount)?;
+    let ticker = Ticker::start(fs.clone(), options.tick).map_err(Error::Mount)?;
+    Ok(Session {
+        fs,
+        unmounter,
+        thread: Some(thread),
+        ticker,
+        mountpoint,
+    })
+}
+
+/// Mounts and serves until the file system is unmounted from outside, or
+/// until `stop` becomes true (set it from a signal handler), then unmounts
+/// and commits.
+pub fn mount_foreground(
+    store: Arc<Store>,
+    mountpoint: impl AsRef<Path>,
+    options: MountOptions,
+    stop: &AtomicBool,
+) -> Result<(), Error> {
+    let session = mount(store, mountpoint, options)?;
+    while session.is_mounted() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if session.is_mounted() {
+        session.unmount()
+    } else {
+        session.wait()
+    }
+}
+
+fn mount_error(e: io::Error, mountpoint: &Path) -> Error {
+    if e.kind() == io::ErrorKind::NotFound && find_in_path("fusermount3").is_none() {
+        return Error::FuseUnavailable(format!(
+            "mounting {} needs fusermount3: install the Debian package fuse3 ({e})",
+            mountpoint.display()
+        ));
+    }
+    Error::Mount(io::Error::new(
+        e.kind(),
+        format!("{}: {e}", mountpoint.display()),
+    ))
+}

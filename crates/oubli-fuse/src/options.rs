@@ -1,0 +1,159 @@
+//! Mount options: the `-o` comma list of `oubli mount`, and what each one turns into.
+
+use oubli_core::EpochPolicy;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a store is mounted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountOptions {
+    /// The "device" shown in /proc/mounts (`-o fsname=`); default `oubli`.
+    pub fsname: String,
+    /// The file system subtype: the mount's type is `fuse.<subtype>`, or plain
+    /// `fuse` when empty (`-o subtype=`); default `oubli`.
+    pub subtype: String,
+    /// Let users other than the one who mounted use the file system (`-o allow_other`).
+    pub allow_other: bool,
+    /// The kernel checks permissions from the stored modes (`-o default_permissions`).
+    /// Always on: without it any user admitted by `allow_other` could read
+    /// everything. The option is accepted for compatibility.
+    pub default_permissions: bool,
+    pub read_only: bool,
+    /// An epoch policy the mount enforces from its timer, on top of the
+    /// store's own (`epoch_interval=S`, `epoch_bytes=N`, `epoch_deletions=N`).
+    /// The store checks the policy it was opened with after every change; a
+    /// front-end opening the store should pass this one there too (see
+    /// [`MountOptions::store_policy`]).
+    pub policy: Option<EpochPolicy>,
+    /// How often the timer calls `Store::tick` and checks `policy`.
+    pub tick: Duration,
+    /// FUSE request loops (threads); default: the number of CPUs, at least 2.
+    pub threads: usize,
+    /// `statfs` reports the size and free space of the file system holding this path (the store's directory).
+    pub space_from: Option<PathBuf>,
+    /// Owner of the root directory when the store is mounted for the first time; default: the mounting user.
+    pub root_owner: Option<(u32, u32)>,
+    /// Other options, passed to the kernel as they are (`noatime`, `nosuid`, ...).
+    pub extra: Vec<String>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            fsname: "oubli".into(),
+            subtype: "oubli".into(),
+            allow_other: false,
+            default_permissions: true,
+            read_only: false,
+            policy: None,
+            tick: Duration::from_secs(1),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .clamp(2, 16),
+            space_from: None,
+            root_owner: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl MountOptions {
+    /// Applies a `-o` comma list (`allow_other,fsname=dev,epoch_interval=30`).
+    pub fn parse(&mut self, list: &str) -> Result<(), String> {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let number = |what: &str| -> Result<u64, String> {
+                value
+                    .ok_or_else(|| format!("-o {key} needs a value ({what})"))?
+                    .parse::<u64>()
+                    .map_err(|_| format!("-o {opt}: {what} expected"))
+            };
+            match key {
+                "fsname" => self.fsname = value.unwrap_or_default().to_string(),
+                "subtype" => self.subtype = value.unwrap_or_default().to_string(),
+                "allow_other" => self.allow_other = true,
+                "default_permissions" => self.default_permissions = true,
+                "ro" => self.read_only = true,
+                "rw" => self.read_only = false,
+                "epoch_interval" => {
+                    let s = number("seconds")?;
+                    self.policy_mut().interval = (s > 0).then(|| Duration::from_secs(s));
+                }
+                "epoch_bytes" => {
+                    let n = number("bytes")?;
+                    self.policy_mut().bytes = (n > 0).then_some(n);
+                }
+                "epoch_deletions" => {
+                    let n = number("a count")?;
+                    self.policy_mut().deletions = (n > 0).then_some(n);
+                }
+                "threads" => self.threads = number("a count")?.clamp(1, 64) as usize,
+                // Options fusermount and mount(8) pass along that mean nothing here.
+                "dev" | "suid" | "exec" | "async" | "auto" | "nofail" | "_netdev" | "user"
+                | "nouser" | "users" | "defaults" => {}
+                "allow_root" | "auto_unmount" => {
+                    return Err(format!("-o {key} is not supported (use allow_other)"))
+                }
+                _ => self.extra.push(opt.to_string()),
+            }
+        }
+        Ok(())
+    }
+
+    fn policy_mut(&mut self) -> &mut EpochPolicy {
+        self.policy.get_or_insert_with(EpochPolicy::manual)
+    }
+
+    /// The policy to open the store with: the mount's triggers where set, the store's default otherwise.
+    pub fn store_policy(&self) -> EpochPolicy {
+        let default = EpochPolicy::default();
+        match &self.policy {
+            None => default,
+            Some(p) => EpochPolicy {
+                interval: p.interval.or(default.interval),
+                bytes: p.bytes.or(default.bytes),
+                deletions: p.deletions.or(default.deletions),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_options() {
+        let mut o = MountOptions::default();
+        o.parse("allow_other,default_permissions,fsname=/dev/x,subtype=,epoch_interval=30,epoch_bytes=1000,epoch_deletions=5,noatime")
+            .unwrap();
+        assert!(o.allow_other && o.default_permissions);
+        assert_eq!(o.fsname, "/dev/x");
+        assert_eq!(o.subtype, "");
+        assert_eq!(
+            o.policy,
+            Some(EpochPolicy {
+                interval: Some(Duration::from_secs(30)),
+                bytes: Some(1000),
+                deletions: Some(5),
+            })
+        );
+        assert_eq!(o.extra, vec!["noatime".to_string()]);
+        assert!(o.parse("epoch_bytes=lots").is_err());
+        assert!(o.parse("epoch_bytes").is_err());
+    }
+
+    #[test]
+    fn store_policy_fills_unset_triggers() {
+        let mut o = MountOptions::default();
+        assert_eq!(o.store_policy(), EpochPolicy::default());
+        o.parse("epoch_deletions=1").unwrap();
+        let p = o.store_policy();
+        assert_eq!(p.deletions, Some(1));
+        assert_eq!(p.interval, EpochPolicy::default().interval);
+    }
+}

@@ -1,0 +1,124 @@
+//! Shared by the mount tests: FUSE availability, stores on memory or recording media, mounting in a temporary directory, errno helpers.
+#![allow(dead_code)]
+
+use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store};
+use oubli_fuse::{MountOptions, Session};
+use oubli_vault::MemoryVault;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Whether the mount tests can run. Without /dev/fuse or fusermount3 they
+/// fail, naming the package, unless OUBLI_SKIP_EXTERNAL=1 (then they skip).
+pub fn fuse_available() -> bool {
+    match oubli_fuse::check_fuse() {
+        Ok(()) => true,
+        Err(e) if std::env::var("OUBLI_SKIP_EXTERNAL").as_deref() == Ok("1") => {
+            eprintln!("skipped (OUBLI_SKIP_EXTERNAL=1): {e}");
+            false
+        }
+        Err(e) => panic!(
+            "{e}\nThe FUSE tests need /dev/fuse and the Debian package fuse3 (apt-get install fuse3); set OUBLI_SKIP_EXTERNAL=1 to skip them."
+        ),
+    }
+}
+
+pub fn store_options() -> Options {
+    Options {
+        policy: EpochPolicy::manual(),
+        ..Options::default()
+    }
+}
+
+/// A store on `medium` with an in-memory vault, commits only on demand.
+pub fn store_on(medium: Arc<dyn Medium>, options: Options) -> Arc<Store> {
+    Arc::new(
+        Store::create(
+            medium,
+            |r| Ok(MemoryVault::new(r.clone())),
+            CreateOptions::default(),
+            options,
+        )
+        .expect("create store"),
+    )
+}
+
+pub fn mem_store() -> Arc<Store> {
+    store_on(Arc::new(oubli_media::MemMedium::new()), store_options())
+}
+
+/// A mounted store in a temporary directory; unmounted on drop.
+pub struct Mounted {
+    pub tmp: tempfile::TempDir,
+    pub mnt: PathBuf,
+    pub store: Arc<Store>,
+    pub session: Option<Session>,
+}
+
+impl Mounted {
+    pub fn new(store: Arc<Store>, options: MountOptions) -> Mounted {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mnt = tmp.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let session = oubli_fuse::mount(store.clone(), &mnt, options).expect("mount");
+        Mounted {
+            tmp,
+            mnt,
+            store,
+            session: Some(session),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn session(&self) -> &Session {
+        self.session.as_ref().expect("mounted")
+    }
+
+    pub fn unmount(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.unmount().expect("unmount");
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.unmount();
+        }
+    }
+}
+
+pub fn default_options() -> MountOptions {
+    MountOptions {
+        allow_other: true,
+        ..MountOptions::default()
+    }
+}
+
+/// The errno of a failed call.
+pub fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("no errno in {e}")),
+    }
+}
+
+pub fn cpath(p: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// Result of a libc call returning -1 on error.
+pub fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}

@@ -1,0 +1,438 @@
+//! Erasure through the mount, checked by the recording adversary: after rm, overwrite, truncate, punch, `mv X Y` onto an existing file, the last of several hard links, a deleted directory tree and purge, no deleted content, name or metadata opens; kept files do.
+
+mod common;
+use common::*;
+use oubli_core::tree::{decode_node, encode_node, Node, Value};
+use oubli_core::{Medium, VaultRecord};
+use oubli_crypto::{CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme};
+use oubli_media::{MemMedium, RecordingMedium};
+use oubli_testkit::marker::{self, Marker};
+use oubli_testkit::{harness, Adversary, RecordingVault};
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Every plaintext of metadata the adversary opens with `keys`: tree nodes
+/// (names, object records with their FUSE metadata) of every superblock it
+/// can open, and the ops of that epoch's intent log. Follows docs/FORMAT.md.
+fn metadata_plaintexts(
+    adv: &Adversary,
+    keys: &[VaultRecord],
+    provider: &dyn CryptoProvider,
+) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let medium = &adv.medium;
+    for sb in &adv.superblocks {
+        if sb.len() < 40 || &sb[..8] != b"OUBLI\0SB" {
+            continue;
+        }
+        let store_id: [u8; 16] = sb[12..28].try_into().unwrap();
+        let epoch = u64::from_le_bytes(sb[28..36].try_into().unwrap());
+        let n = u32::from_le_bytes(sb[36..40].try_into().unwrap()) as usize;
+        for rec in keys
+            .iter()
+            .filter(|r| r.epoch == epoch && r.store_id == store_id)
+        {
+            let mut ctx = store_id.to_vec();
+            ctx.extend_from_slice(&epoch.to_le_bytes());
+            let key = provider.derive(&rec.key, b"oubli/superblock", &ctx);
+            let mut body = sb[40..40 + n].to_vec();
+            if provider.open(&key, &sb[..40], &mut body).is_err() {
+                continue;
+            }
+            let mut at = 4;
+            if body[at] == 1 {
+                let level = body[at + 1];
+                let addr = u64::from_le_bytes(body[at + 2..at + 10].try_into().unwrap());
+                let len = u32::from_le_bytes(body[at + 10..at + 14].try_into().unwrap());
+                let key = KeyRef::from_slice(&body[at + 14..at + 46]).unwrap();
+                walk(medium, provider, addr, len, &key, level, &mut out);
+                at += 46;
+            } else {
+                at += 1;
+            }
+            at += 8 + 4;
+            let log_segment = u32::from_le_bytes(body[at..at + 4].try_into().unwrap());
+            let (mut offset, mut seq) = (0u64, 0u64);
+            loop {
+                let mut len = [0u8; 4];
+                if medium.read(log_segment, offset, &mut len).is_err() {
+                    break;
+                }
+                let len = u32::from_le_bytes(len) as u64;
+                let mut sealed = vec![0u8; len as usize];
+                if len == 0 || medium.read(log_segment, offset + 4, &mut sealed).is_err() {
+                    break;
+                }
+                let Some(ops) =
+                    oubli_core::log::open_frame(provider, &rec.key, &store_id, epoch, seq, sealed)
+                else {
+                    break;
+                };
+                out.push(oubli_core::log::encode_ops(&ops));
+                offset += 4 + len;
+                seq += 1;
+            }
+        }
+    }
+    out
+}
+
+fn walk(
+    medium: &MemMedium,
+    provider: &dyn CryptoProvider,
+    addr: u64,
+    len: u32,
+    key: &KeyRef,
+    level: u8,
+    out: &mut Vec<Vec<u8>>,
+) {
+    let mut buf = vec![0u8; len as usize];
+    if medium
+        .read((addr >> 32) as u32, addr & 0xffff_ffff, &mut buf)
+        .is_err()
+    {
+        return;
+    }
+    let mut aad = b"oubli/node/v1".to_vec();
+    aad.push(level);
+    if provider
+        .open(&ParentPointerScheme.resolve(key), &aad, &mut buf)
+        .is_err()
+    {
+        return;
+    }
+    let Ok(node) = decode_node(&buf) else { return };
+    out.push(encode_node(&node));
+    if let Node::Inner(level, children) = &node {
+        for (_, child) in children {
+            if let oubli_core::tree::Child::Disk(p) = child {
+                walk(medium, provider, p.addr, p.len, &p.key, level - 1, out);
+            }
+        }
+    }
+}
+
+/// Object ids that have a record in any of the opened trees.
+fn objects_in(plaintexts: &[Vec<u8>]) -> BTreeSet<u64> {
+    let mut oids = BTreeSet::new();
+    for p in plaintexts {
+        if let Ok(Node::Leaf(entries)) = decode_node(p) {
+            for (k, v) in entries {
+                if matches!(v, Value::Object(_)) {
+                    oids.insert(k.oid);
+                }
+            }
+        }
+    }
+    oids
+}
+
+fn contains(haystacks: &[Vec<u8>], needle: &[u8]) -> bool {
+    haystacks
+        .iter()
+        .any(|h| h.windows(needle.len()).any(|w| w == needle))
+}
+
+/// The markers of `write` in `[from, to)` bytes.
+fn blocks(write: u64, from: usize, to: usize) -> BTreeSet<Marker> {
+    (from / marker::BLOCK..to / marker::BLOCK)
+        .map(|b| (write, b as u32))
+        .collect()
+}
+
+struct World {
+    recording: Arc<RecordingMedium<MemMedium>>,
+    vault: Arc<RecordingVault>,
+    provider: Arc<dyn CryptoProvider>,
+}
+
+impl World {
+    fn seize(&self, all_keys: bool) -> (BTreeSet<Marker>, Vec<Vec<u8>>) {
+        let adv = Adversary::seize(&self.recording);
+        assert!(
+            adv.plaintext_markers().is_empty(),
+            "plaintext on the medium"
+        );
+        let keys = if all_keys {
+            self.vault.history()
+        } else {
+            vec![oubli_core::Vault::load(&*self.vault).unwrap()]
+        };
+        let markers = adv.recovered_markers(&keys, self.provider.clone());
+        let meta = metadata_plaintexts(&adv, &keys, &*self.provider);
+        (markers, meta)
+    }
+}
+
+fn write_file(p: &Path, data: &[u8]) {
+    let f = File::create(p).unwrap();
+    f.write_all_at(data, 0).unwrap();
+    f.sync_all().unwrap();
+}
+
+const SECRET_NAMES: &[&str] = &[
+    "SECRETNAME-removed-file",
+    "SECRETNAME-replaced-target",
+    "SECRETNAME-renamed-away",
+    "SECRETNAME-link-one",
+    "SECRETNAME-link-two",
+    "SECRETNAME-dir-top",
+    "SECRETNAME-dir-sub",
+    "SECRETNAME-deep-file",
+];
+
+#[test]
+fn deleted_content_names_and_metadata_do_not_open_after_purge() {
+    if !fuse_available() {
+        return;
+    }
+    let options = harness::options(31);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let world = World {
+        recording,
+        vault,
+        provider: options.provider.clone(),
+    };
+    let store = Arc::new(store);
+    let mut m = Mounted::new(store.clone(), default_options());
+    let p = |n: &str| m.path(n);
+    const N: usize = 40_000;
+
+    write_file(&p("SECRETNAME-removed-file"), &marker::data(1, N));
+    write_file(&p("overwritten"), &marker::data(2, N));
+    write_file(&p("truncated"), &marker::data(4, N));
+    write_file(&p("punched"), &marker::data(10, N));
+    write_file(&p("SECRETNAME-replaced-target"), &marker::data(5, N));
+    write_file(&p("SECRETNAME-renamed-away"), &marker::data(6, N));
+    write_file(&p("SECRETNAME-link-one"), &marker::data(7, N));
+    fs::hard_link(p("SECRETNAME-link-one"), p("SECRETNAME-link-two")).unwrap();
+    fs::hard_link(p("SECRETNAME-link-one"), p("last-link")).unwrap();
+    fs::create_dir_all(p("SECRETNAME-dir-top/SECRETNAME-dir-sub")).unwrap();
+    write_file(
+        &p("SECRETNAME-dir-top/SECRETNAME-dir-sub/SECRETNAME-deep-file"),
+        &marker::data(8, N),
+    );
+    write_file(&p("KEPTNAME-file"), &marker::data(9, N));
+    let xattr = |path: &Path, value: &[u8]| {
+        let (c, n) = (cpath(path), std::ffi::CString::new("user.tag").unwrap());
+        // SAFETY: FFI with valid strings and buffer.
+        check(unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        })
+        .unwrap();
+    };
+    xattr(&p("KEPTNAME-file"), b"SECRETXATTR-old-value");
+    let doomed_oids: Vec<u64> = [
+        "SECRETNAME-removed-file",
+        "SECRETNAME-replaced-target",
+        "SECRETNAME-dir-top",
+    ]
+    .iter()
+    .map(|n| fs::metadata(p(n)).unwrap().ino())
+    .collect();
+    m.session().purge().unwrap();
+
+    // Before the deletions everything opens: the adversary is not blind.
+    let (markers, meta) = world.seize(false);
+    for w in [1, 2, 4, 5, 6, 7, 8, 9, 10] {
+        assert!(
+            blocks(w, 0, N).is_subset(&markers),
+            "write {w} not readable"
+        );
+    }
+    for name in SECRET_NAMES {
+        assert!(
+            contains(&meta, name.as_bytes()),
+            "{name} not readable before deletion"
+        );
+    }
+
+    // The deletions, each through the mount.
+    fs::remove_file(p("SECRETNAME-removed-file")).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(p("overwritten"))
+        .unwrap()
+        .write_all_at(&marker::data(3, N), 0)
+        .unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(p("truncated"))
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        let f = OpenOptions::new().write(true).open(p("punched")).unwrap();
+        // SAFETY: FFI on an open descriptor.
+        check(unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                4096,
+                8192,
+            )
+        })
+        .unwrap();
+    }
+    fs::rename(
+        p("SECRETNAME-renamed-away"),
+        p("SECRETNAME-replaced-target"),
+    )
+    .unwrap();
+    fs::rename(p("SECRETNAME-replaced-target"), p("moved-here")).unwrap();
+    fs::remove_file(p("SECRETNAME-link-one")).unwrap();
+    fs::remove_file(p("SECRETNAME-link-two")).unwrap();
+    fs::remove_dir_all(p("SECRETNAME-dir-top")).unwrap();
+    xattr(&p("KEPTNAME-file"), b"new-value");
+    File::open(p("KEPTNAME-file")).unwrap().sync_all().unwrap();
+
+    // Still pending before the purge: the current key opens them (as promised, until the epoch ends).
+    let (markers, _) = world.seize(false);
+    assert!(markers.contains(&(1, 0)), "deletion pending until purge");
+
+    m.session().purge().unwrap();
+    let (markers, meta) = world.seize(false);
+    let mut erased = BTreeSet::new();
+    for w in [1, 2, 5, 8] {
+        erased.extend(blocks(w, 0, N));
+    }
+    erased.extend(blocks(4, 8192, N));
+    erased.extend(blocks(10, 4096, 4096 + 8192));
+    let leaked: Vec<_> = markers.intersection(&erased).take(5).collect();
+    assert!(
+        leaked.is_empty(),
+        "deleted data opens after purge: {leaked:?}"
+    );
+    let mut live = BTreeSet::new();
+    for w in [3, 6, 7, 9] {
+        live.extend(blocks(w, 0, N));
+    }
+    live.extend(blocks(4, 0, 8192));
+    live.extend(blocks(10, 0, 4096));
+    live.extend(blocks(10, 4096 + 8192, N));
+    assert!(live.is_subset(&markers), "kept data must open");
+    for name in SECRET_NAMES {
+        assert!(
+            !contains(&meta, name.as_bytes()),
+            "deleted name {name} opens after purge"
+        );
+    }
+    assert!(
+        !contains(&meta, b"SECRETXATTR-old-value"),
+        "old metadata opens after purge"
+    );
+    assert!(contains(&meta, b"KEPTNAME-file") && contains(&meta, b"last-link"));
+    let records = objects_in(&meta);
+    for oid in &doomed_oids {
+        assert!(
+            !records.contains(oid),
+            "record (size, times) of deleted object {oid} opens"
+        );
+    }
+
+    // The last of the hard links.
+    let oid = fs::metadata(p("last-link")).unwrap().ino();
+    fs::remove_file(p("last-link")).unwrap();
+    m.session().purge().unwrap();
+    let (markers, meta) = world.seize(false);
+    assert!(
+        blocks(7, 0, N).is_disjoint(&markers),
+        "last link gone: data erased"
+    );
+    assert!(!objects_in(&meta).contains(&oid));
+    assert!(!contains(&meta, b"last-link"));
+
+    // Kept files read back intact through the mount, and after remounting.
+    assert_eq!(fs::read(p("KEPTNAME-file")).unwrap(), marker::data(9, N));
+    assert_eq!(fs::read(p("moved-here")).unwrap(), marker::data(6, N));
+    m.unmount();
+    let m2 = Mounted::new(store, default_options());
+    assert_eq!(
+        fs::read(m2.path("overwritten")).unwrap(),
+        marker::data(3, N)
+    );
+    assert_eq!(
+        fs::read(m2.path("truncated")).unwrap(),
+        marker::data(4, 8192)
+    );
+    drop(m2);
+
+    // Control: an adversary that kept every old vault key recovers what was
+    // deleted — so the checks above can fail, and the vault overwrite is what matters.
+    let (markers, meta) = world.seize(true);
+    assert!(blocks(1, 0, N).is_subset(&markers));
+    assert!(contains(&meta, b"SECRETNAME-removed-file"));
+    assert!(contains(&meta, b"SECRETXATTR-old-value"));
+}
+
+/// Sensitive files: deleting or overwriting one commits at once, without a purge.
+#[test]
+fn sensitive_files_are_erased_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let options = harness::options(32);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let world = World {
+        recording,
+        vault,
+        provider: options.provider.clone(),
+    };
+    let m = Mounted::new(Arc::new(store), default_options());
+    let dir = m.path("vault-dir");
+    fs::create_dir(&dir).unwrap();
+    let (c, n) = (
+        cpath(&dir),
+        std::ffi::CString::new(oubli_fuse::SENSITIVE_XATTR).unwrap(),
+    );
+    // SAFETY: FFI with valid strings and buffer.
+    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"1".as_ptr().cast(), 1, 0) }).unwrap();
+    const N: usize = 20_000;
+    write_file(&dir.join("SECRETNAME-sensitive"), &marker::data(21, N));
+    write_file(&dir.join("overwritten"), &marker::data(22, N));
+    write_file(&m.path("ordinary"), &marker::data(23, N));
+    m.session().purge().unwrap();
+    // Inherited by new children.
+    let child = cpath(&dir.join("overwritten"));
+    let mut buf = [0u8; 4];
+    // SAFETY: FFI with valid strings and a writable buffer.
+    let got = unsafe { libc::getxattr(child.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 4) };
+    assert_eq!(got, 1, "sensitivity inherited");
+
+    fs::remove_file(dir.join("SECRETNAME-sensitive")).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(dir.join("overwritten"))
+        .unwrap()
+        .write_all_at(&marker::data(24, N), 0)
+        .unwrap();
+    fs::remove_file(m.path("ordinary")).unwrap();
+    // No purge: the sensitive deletions committed on their own.
+    let (markers, meta) = world.seize(false);
+    assert!(
+        blocks(21, 0, N).is_disjoint(&markers),
+        "sensitive file erased at once"
+    );
+    assert!(
+        blocks(22, 0, N).is_disjoint(&markers),
+        "sensitive overwrite erased at once"
+    );
+    assert!(!contains(&meta, b"SECRETNAME-sensitive"));
+    assert!(blocks(24, 0, N).is_subset(&markers));
+}

@@ -1,0 +1,703 @@
+//! POSIX conformance through a real mount: file types, modes and ownership, links, rename, truncate, timestamps, xattrs, and the errno of each failure.
+
+mod common;
+use common::*;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+fn mounted() -> Option<Mounted> {
+    fuse_available().then(|| Mounted::new(mem_store(), default_options()))
+}
+
+/// Runs `f` with the calling thread's file-system uid/gid switched (FUSE sees them as the caller).
+fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: FFI; setfsuid/setfsgid change only this thread's file-system ids.
+    unsafe {
+        libc::setfsgid(gid);
+        libc::setfsuid(uid);
+    }
+    let out = f();
+    // SAFETY: as above, back to root.
+    unsafe {
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+    }
+    out
+}
+
+fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: FFI with valid NUL-terminated strings and a buffer of the given length.
+    check(unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(|_| ())
+}
+
+fn getxattr(p: &Path, name: &str, size: usize) -> std::io::Result<Vec<u8>> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    let mut buf = vec![0u8; size];
+    // SAFETY: FFI with valid strings and a writable buffer of `size` bytes.
+    let rc = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+    check(rc as i32).map(|n| {
+        buf.truncate(if size == 0 { 0 } else { n as usize });
+        if size == 0 {
+            buf = vec![0; n as usize];
+        }
+        buf
+    })
+}
+
+fn listxattr(p: &Path) -> Vec<String> {
+    let c = cpath(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: FFI with a valid path and a writable buffer.
+    let n = unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = check(n as i32).expect("listxattr") as usize;
+    buf[..n]
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect()
+}
+
+fn removexattr(p: &Path, name: &str) -> std::io::Result<()> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: FFI with valid strings.
+    check(unsafe { libc::removexattr(c.as_ptr(), n.as_ptr()) }).map(|_| ())
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    let (a, b) = (cpath(from), cpath(to));
+    // SAFETY: FFI with valid paths; AT_FDCWD resolves them from the cwd (they are absolute).
+    check(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    })
+    .map(|_| ())
+}
+
+fn mknod(p: &Path, mode: u32, dev: u64) -> std::io::Result<()> {
+    let c = cpath(p);
+    // SAFETY: FFI with a valid path.
+    check(unsafe { libc::mknod(c.as_ptr(), mode, dev) }).map(|_| ())
+}
+
+fn fallocate(f: &File, mode: i32, offset: i64, len: i64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: FFI on an open descriptor.
+    check(unsafe { libc::fallocate(f.as_raw_fd(), mode, offset, len) }).map(|_| ())
+}
+
+#[test]
+fn file_types() {
+    let Some(m) = mounted() else { return };
+    fs::write(m.path("f"), b"data").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    std::os::unix::fs::symlink("f", m.path("l")).unwrap();
+    mknod(&m.path("p"), libc::S_IFIFO | 0o600, 0).unwrap();
+    mknod(&m.path("c"), libc::S_IFCHR | 0o600, libc::makedev(1, 3)).unwrap();
+    mknod(&m.path("b"), libc::S_IFBLK | 0o600, libc::makedev(7, 0)).unwrap();
+    mknod(&m.path("s"), libc::S_IFSOCK | 0o600, 0).unwrap();
+    let t = |n: &str| fs::symlink_metadata(m.path(n)).unwrap().file_type();
+    assert!(t("f").is_file());
+    assert!(t("d").is_dir());
+    assert!(t("l").is_symlink());
+    assert!(t("p").is_fifo());
+    assert!(t("c").is_char_device());
+    assert!(t("b").is_block_device());
+    assert!(t("s").is_socket());
+    assert_eq!(
+        fs::symlink_metadata(m.path("c")).unwrap().rdev(),
+        libc::makedev(1, 3)
+    );
+    assert_eq!(fs::read_link(m.path("l")).unwrap(), Path::new("f"));
+    assert_eq!(fs::read(m.path("l")).unwrap(), b"data");
+    assert_eq!(fs::symlink_metadata(m.path("l")).unwrap().len(), 1);
+    // readdir reports the same types.
+    let mut seen: Vec<(String, bool, bool)> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            (
+                e.file_name().into_string().unwrap(),
+                ft.is_dir(),
+                ft.is_symlink(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen.len(), 7);
+    assert!(seen.contains(&("d".into(), true, false)));
+    assert!(seen.contains(&("l".into(), false, true)));
+}
+
+#[test]
+fn modes_and_ownership() {
+    let Some(m) = mounted() else { return };
+    let f = m.path("f");
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o640)
+        .open(&f)
+        .unwrap();
+    let md = fs::metadata(&f).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o640 & !0o022);
+    assert_eq!((md.uid(), md.gid()), (0, 0));
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o4751)).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o4751);
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
+    let md = fs::metadata(&f).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    // chown clears set-user-ID.
+    assert_eq!(md.mode() & 0o7777, 0o751);
+
+    // A set-group-ID directory hands its group down.
+    let d = m.path("shared");
+    fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, None, Some(4242)).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o2777)).unwrap();
+    fs::write(d.join("x"), b"").unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!(fs::metadata(d.join("x")).unwrap().gid(), 4242);
+    let sub = fs::metadata(d.join("sub")).unwrap();
+    assert_eq!(sub.gid(), 4242);
+    assert_eq!(sub.mode() & 0o2000, 0o2000);
+
+    // default_permissions: the kernel checks the stored modes.
+    fs::create_dir(m.path("private")).unwrap();
+    fs::set_permissions(m.path("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(m.path("private/secret"), b"s").unwrap();
+    as_user(1000, 1000, || {
+        assert_eq!(errno(fs::read(m.path("private/secret"))), libc::EACCES);
+        assert_eq!(errno(fs::write(m.path("private/new"), b"")), libc::EACCES);
+        assert_eq!(
+            errno(fs::set_permissions(&f, fs::Permissions::from_mode(0o777))),
+            libc::EPERM
+        );
+        assert_eq!(
+            errno(std::os::unix::fs::chown(&f, Some(1000), None)),
+            libc::EPERM
+        );
+        // Own files in a world-writable directory are fine.
+        fs::write(d.join("mine"), b"m").unwrap();
+        assert_eq!(fs::metadata(d.join("mine")).unwrap().uid(), 1000);
+    });
+}
+
+#[test]
+fn hard_links() {
+    let Some(m) = mounted() else { return };
+    fs::write(m.path("a"), b"shared").unwrap();
+    fs::create_dir(m.path("d")).unwrap();
+    fs::hard_link(m.path("a"), m.path("d/b")).unwrap();
+    fs::hard_link(m.path("a"), m.path("c")).unwrap();
+    let (a, b) = (
+        fs::metadata(m.path("a")).unwrap(),
+        fs::metadata(m.path("d/b")).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 3);
+    fs::write(m.path("d/b"), b"changed").unwrap();
+    assert_eq!(fs::read(m.path("a")).unwrap(), b"changed");
+    fs::remove_file(m.path("a")).unwrap();
+    assert_eq!(fs::metadata(m.path("c")).unwrap().nlink(), 2);
+    fs::remove_file(m.path("c")).unwrap();
+    assert_eq!(fs::metadata(m.path("d/b")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(m.path("d/b")).unwrap(), b"changed");
+    assert_eq!(errno(fs::hard_link(m.path("d"), m.path("d2"))), libc::EPERM);
+    assert_eq!(
+        errno(fs::hard_link(m.path("d/b"), m.path("d/b"))),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno(fs::hard_link(m.path("missing"), m.path("x"))),
+        libc::ENOENT
+    );
+    // Directory link counts: 2 + subdirectories.
+    fs::create_dir(m.path("d/s1")).unwrap();
+    fs::create_dir(m.path("d/s2")).unwrap();
+    assert_eq!(fs::metadata(m.path("d")).unwrap().nlink(), 4);
+    fs::remove_dir(m.path("d/s1")).unwrap();
+    assert_eq!(fs::metadata(m.path("d")).unwrap().nlink(), 3);
+}
+
+#[test]
+fn rename() {
+    let Some(m) = mounted() else { return };
+    fs::write(m.path("a"), b"A").unwrap();
+    fs::write(m.path("b"), b"B").unwrap();
+    fs::create_dir_all(m.path("d1/sub")).unwrap();
+    fs::create_dir(m.path("d2")).unwrap();
+    fs::write(m.path("d1/sub/f"), b"F").unwrap();
+
+    // Plain rename and replacing an existing file.
+    fs::rename(m.path("a"), m.path("a2")).unwrap();
+    assert_eq!(errno(fs::metadata(m.path("a"))), libc::ENOENT);
+    fs::rename(m.path("a2"), m.path("b")).unwrap();
+    assert_eq!(fs::read(m.path("b")).unwrap(), b"A");
+
+    // Directories, across parents: contents and link counts follow.
+    let before = fs::metadata(m.path("d1")).unwrap().nlink();
+    fs::rename(m.path("d1/sub"), m.path("d2/moved")).unwrap();
+    assert_eq!(fs::read(m.path("d2/moved/f")).unwrap(), b"F");
+    assert_eq!(fs::metadata(m.path("d1")).unwrap().nlink(), before - 1);
+    assert_eq!(fs::metadata(m.path("d2")).unwrap().nlink(), 3);
+    // `..` of the moved directory is its new parent.
+    assert_eq!(
+        fs::metadata(m.path("d2/moved/..")).unwrap().ino(),
+        fs::metadata(m.path("d2")).unwrap().ino()
+    );
+
+    // Replacing an empty directory works; a non-empty one does not.
+    fs::create_dir(m.path("empty")).unwrap();
+    fs::rename(m.path("d2/moved"), m.path("empty")).unwrap();
+    assert_eq!(fs::read(m.path("empty/f")).unwrap(), b"F");
+    fs::create_dir(m.path("full")).unwrap();
+    fs::write(m.path("full/x"), b"").unwrap();
+    assert_eq!(
+        errno(fs::rename(m.path("d1"), m.path("full"))),
+        libc::ENOTEMPTY
+    );
+    // Type mismatches.
+    assert_eq!(errno(fs::rename(m.path("b"), m.path("full"))), libc::EISDIR);
+    assert_eq!(
+        errno(fs::rename(m.path("full"), m.path("b"))),
+        libc::ENOTDIR
+    );
+    // A directory cannot move into itself.
+    assert_eq!(
+        errno(fs::rename(m.path("empty"), m.path("empty/inside"))),
+        libc::EINVAL
+    );
+    assert_eq!(
+        errno(fs::rename(m.path("nothing"), m.path("x"))),
+        libc::ENOENT
+    );
+
+    // renameat2 flags.
+    fs::write(m.path("p"), b"P").unwrap();
+    fs::write(m.path("q"), b"Q").unwrap();
+    assert_eq!(
+        errno(renameat2(
+            &m.path("p"),
+            &m.path("q"),
+            libc::RENAME_NOREPLACE
+        )),
+        libc::EEXIST
+    );
+    renameat2(&m.path("p"), &m.path("q"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(m.path("p")).unwrap(), b"Q");
+    assert_eq!(fs::read(m.path("q")).unwrap(), b"P");
+    renameat2(&m.path("p"), &m.path("full"), libc::RENAME_EXCHANGE).unwrap();
+    assert!(fs::metadata(m.path("p")).unwrap().is_dir());
+    assert_eq!(fs::read(m.path("full")).unwrap(), b"Q");
+    assert_eq!(fs::read(m.path("p/x")).unwrap(), b"");
+    renameat2(&m.path("p"), &m.path("r"), libc::RENAME_NOREPLACE).unwrap();
+    assert_eq!(
+        errno(renameat2(
+            &m.path("r"),
+            &m.path("nonexistent"),
+            libc::RENAME_EXCHANGE
+        )),
+        libc::ENOENT
+    );
+    // Nothing left parked by the exchanges.
+    let names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with(".oubli")), "{names:?}");
+}
+
+#[test]
+fn truncate_extend_and_sparse() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(&[1u8; 100_000]).unwrap();
+    f.set_len(50_000).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 50_000);
+    f.set_len(200_000).unwrap();
+    let data = fs::read(&p).unwrap();
+    assert_eq!(data.len(), 200_000);
+    assert!(data[..50_000].iter().all(|b| *b == 1));
+    assert!(
+        data[50_000..].iter().all(|b| *b == 0),
+        "extension reads as zeros"
+    );
+    // O_TRUNC
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 0);
+
+    // Sparse: a write far out leaves a hole of zeros.
+    f.write_all_at(b"end", 10_000_000).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 10_000_003);
+    let mut buf = vec![9u8; 4096];
+    f.read_exact_at(&mut buf, 5_000_000).unwrap();
+    assert!(buf.iter().all(|b| *b == 0));
+
+    // Large files: past 4 GiB.
+    let big = m.path("big");
+    let g = File::create(&big).unwrap();
+    let at = 5u64 << 30;
+    g.write_all_at(b"beyond four gigabytes", at).unwrap();
+    assert_eq!(fs::metadata(&big).unwrap().len(), at + 21);
+    let mut back = [0u8; 21];
+    File::open(&big)
+        .unwrap()
+        .read_exact_at(&mut back, at)
+        .unwrap();
+    assert_eq!(&back, b"beyond four gigabytes");
+    g.set_len(at - 1).unwrap();
+    assert_eq!(fs::metadata(&big).unwrap().len(), at - 1);
+
+    // Truncating a directory fails.
+    fs::create_dir(m.path("d")).unwrap();
+    assert_eq!(
+        errno(OpenOptions::new().write(true).open(m.path("d"))),
+        libc::EISDIR
+    );
+}
+
+#[test]
+fn fallocate_and_punch_hole() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(&vec![0xAB; 200_000], 0).unwrap();
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        10_000,
+        100_000,
+    )
+    .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 200_000);
+    let data = fs::read(&p).unwrap();
+    assert!(data[..10_000].iter().all(|b| *b == 0xAB));
+    assert!(data[10_000..110_000].iter().all(|b| *b == 0));
+    assert!(data[110_000..].iter().all(|b| *b == 0xAB));
+    // Plain fallocate extends; KEEP_SIZE does not.
+    fallocate(&f, 0, 150_000, 100_000).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 250_000);
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 1_000_000).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 250_000);
+    // Zero range.
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 5).unwrap();
+    assert_eq!(&fs::read(&p).unwrap()[..6], &[0, 0, 0, 0, 0, 0xAB]);
+    // Punching without KEEP_SIZE is not supported (as on Linux).
+    assert_eq!(
+        errno(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10)),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        errno(fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)),
+        libc::EOPNOTSUPP
+    );
+}
+
+#[test]
+fn timestamps() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    fs::write(&p, b"x").unwrap();
+    let t = UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789);
+    let f = File::options().write(true).open(&p).unwrap();
+    f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.modified().unwrap(), t);
+    assert_eq!(md.accessed().unwrap(), t);
+    let ctime0 = (md.ctime(), md.ctime_nsec());
+    std::thread::sleep(Duration::from_millis(20));
+    (&f).write_all(b"more").unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert!(md.modified().unwrap() > t, "write moves mtime");
+    assert!((md.ctime(), md.ctime_nsec()) > ctime0, "write moves ctime");
+    let ctime1 = (md.ctime(), md.ctime_nsec());
+    std::thread::sleep(Duration::from_millis(20));
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert!((md.ctime(), md.ctime_nsec()) > ctime1, "chmod moves ctime");
+    // Creating a name moves the directory's mtime.
+    let dir0 = fs::metadata(&m.mnt).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.path("g"), b"").unwrap();
+    assert!(fs::metadata(&m.mnt).unwrap().modified().unwrap() > dir0);
+    // Before 1970 works too.
+    let old = UNIX_EPOCH - Duration::from_secs(86_400);
+    f.set_times(fs::FileTimes::new().set_modified(old)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), old);
+}
+
+#[test]
+fn extended_attributes() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    fs::write(&p, b"").unwrap();
+    setxattr(&p, "user.one", b"1", 0).unwrap();
+    setxattr(&p, "user.two", b"22", 0).unwrap();
+    assert_eq!(getxattr(&p, "user.two", 64).unwrap(), b"22");
+    assert_eq!(getxattr(&p, "user.two", 0).unwrap().len(), 2, "size query");
+    assert_eq!(errno(getxattr(&p, "user.two", 1)), libc::ERANGE);
+    let mut names = listxattr(&p);
+    names.sort();
+    assert_eq!(names, ["user.one", "user.two"]);
+    assert_eq!(
+        errno(setxattr(&p, "user.one", b"x", libc::XATTR_CREATE)),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno(setxattr(&p, "user.new", b"x", libc::XATTR_REPLACE)),
+        libc::ENODATA
+    );
+    setxattr(&p, "user.one", b"replaced", libc::XATTR_REPLACE).unwrap();
+    assert_eq!(getxattr(&p, "user.one", 64).unwrap(), b"replaced");
+    removexattr(&p, "user.one").unwrap();
+    assert_eq!(errno(getxattr(&p, "user.one", 64)), libc::ENODATA);
+    assert_eq!(errno(removexattr(&p, "user.one")), libc::ENODATA);
+    assert_eq!(errno(setxattr(&p, "bogus.ns", b"x", 0)), libc::EOPNOTSUPP);
+    // Values up to the kernel's 64 KiB; the per-inode room is 64 KiB in all.
+    setxattr(&p, "user.big", &vec![7u8; 60_000], 0).unwrap();
+    assert_eq!(getxattr(&p, "user.big", 65_536).unwrap().len(), 60_000);
+    assert_eq!(
+        errno(setxattr(&p, "user.big2", &vec![7u8; 10_000], 0)),
+        libc::ENOSPC
+    );
+    // Directories and trusted.* too.
+    fs::create_dir(m.path("d")).unwrap();
+    setxattr(&m.path("d"), "trusted.t", b"t", 0).unwrap();
+    assert_eq!(getxattr(&m.path("d"), "trusted.t", 8).unwrap(), b"t");
+}
+
+#[test]
+fn errno_of_failures() {
+    let Some(m) = mounted() else { return };
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"").unwrap();
+    fs::write(m.path("file"), b"").unwrap();
+    assert_eq!(errno(fs::create_dir(m.path("d"))), libc::EEXIST);
+    assert_eq!(
+        errno(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(m.path("file"))
+        ),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno(std::os::unix::fs::symlink("x", m.path("file"))),
+        libc::EEXIST
+    );
+    assert_eq!(errno(fs::read(m.path("nope"))), libc::ENOENT);
+    assert_eq!(errno(fs::remove_file(m.path("nope"))), libc::ENOENT);
+    assert_eq!(errno(fs::remove_dir(m.path("nope"))), libc::ENOENT);
+    assert_eq!(errno(fs::write(m.path("nope/x"), b"")), libc::ENOENT);
+    assert_eq!(errno(fs::remove_dir(m.path("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno(fs::remove_file(m.path("d"))), libc::EISDIR);
+    assert_eq!(errno(fs::remove_dir(m.path("file"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::metadata(m.path("file/x"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::create_dir(m.path("file/x"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::read_dir(m.path("file"))), libc::ENOTDIR);
+    assert_eq!(errno(fs::remove_dir(m.path("d/."))), libc::EINVAL);
+    assert_eq!(errno(fs::read_link(m.path("file"))), libc::EINVAL);
+    let long = "n".repeat(256);
+    assert_eq!(errno(fs::write(m.path(&long), b"")), libc::ENAMETOOLONG);
+    assert_eq!(errno(fs::create_dir(m.path(&long))), libc::ENAMETOOLONG);
+    assert_eq!(errno(fs::metadata(m.path(&long))), libc::ENAMETOOLONG);
+    let ok = "n".repeat(255);
+    fs::write(m.path(&ok), b"").unwrap();
+    assert_eq!(
+        errno(fs::hard_link(m.path("file"), m.path(&long))),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(
+        errno(fs::rename(m.path("file"), m.path(&long))),
+        libc::ENAMETOOLONG
+    );
+    // The mount is not a way out of the file system.
+    assert_eq!(
+        errno(fs::hard_link(m.path("file"), m.tmp.path().join("outside"))),
+        libc::EXDEV
+    );
+}
+
+#[test]
+fn unlinked_while_open() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(b"still here").unwrap();
+    let objects_with_file = m.store.objects().unwrap().len();
+    fs::remove_file(&p).unwrap();
+    assert_eq!(errno(fs::metadata(&p)), libc::ENOENT);
+    // The handle keeps working.
+    f.write_all(b", and more").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here, and more");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    assert_eq!(
+        m.store.objects().unwrap().len(),
+        objects_with_file,
+        "kept while open"
+    );
+    drop(f);
+    // The last handle gone: the object goes too (the kernel's release is asynchronous).
+    let mut gone = false;
+    for _ in 0..200 {
+        if m.store.objects().unwrap().len() == objects_with_file - 1 {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone, "object erased after the last close");
+}
+
+#[test]
+fn readdir_and_seekdir() {
+    let Some(m) = mounted() else { return };
+    for i in 0..3000 {
+        File::create(m.path(&format!("file-{i:05}"))).unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3000);
+    assert_eq!(names[0], "file-00000");
+    assert_eq!(names[2999], "file-02999");
+    // `.` and `..` are listed by readdir(3).
+    let c = cpath(&m.mnt);
+    // SAFETY: FFI: opendir/readdir/telldir/seekdir/closedir on a valid path, entries read before the next call.
+    unsafe {
+        let d = libc::opendir(c.as_ptr());
+        assert!(!d.is_null());
+        let mut all = Vec::new();
+        let mut pos_100 = 0;
+        loop {
+            if all.len() == 100 {
+                pos_100 = libc::telldir(d);
+            }
+            let e = libc::readdir(d);
+            if e.is_null() {
+                break;
+            }
+            all.push(std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_owned());
+        }
+        assert_eq!(all.len(), 3002);
+        assert!(all.iter().any(|n| n.to_bytes() == b".."));
+        libc::seekdir(d, pos_100);
+        let e = libc::readdir(d);
+        assert_eq!(
+            std::ffi::CStr::from_ptr((*e).d_name.as_ptr()),
+            all[100].as_c_str()
+        );
+        libc::closedir(d);
+    }
+}
+
+#[test]
+fn statfs_fsync_and_mount_names() {
+    if !fuse_available() {
+        return;
+    }
+    let mut opts = default_options();
+    opts.parse("fsname=oubli-test-dev,subtype=oubli").unwrap();
+    let m = Mounted::new(mem_store(), opts);
+    let f = File::create(m.path("f")).unwrap();
+    (&f).write_all(&[1u8; 1 << 20]).unwrap();
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    File::open(&m.mnt).unwrap().sync_all().unwrap();
+    let c = cpath(&m.mnt);
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: FFI with a valid path and a writable statvfs.
+    check(unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) }).unwrap();
+    // SAFETY: statvfs succeeded.
+    let s = unsafe { s.assume_init() };
+    assert_eq!(s.f_namemax, 255);
+    assert!(s.f_blocks > 0 && s.f_bfree > 0);
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(m.mnt.to_str().unwrap()))
+        .expect("mount listed");
+    assert!(line.starts_with("oubli-test-dev "), "{line}");
+    assert_eq!(line.split(' ').nth(2), Some("fuse.oubli"), "{line}");
+}
+
+#[test]
+fn remount_keeps_everything() {
+    if !fuse_available() {
+        return;
+    }
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"persisted").unwrap();
+    std::os::unix::fs::symlink("d/f", m.path("l")).unwrap();
+    fs::set_permissions(m.path("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
+    setxattr(&m.path("d/f"), "user.k", b"v", 0).unwrap();
+    let t = UNIX_EPOCH + Duration::new(1_234_567_890, 5);
+    File::options()
+        .write(true)
+        .open(m.path("d/f"))
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let ino = fs::metadata(m.path("d/f")).unwrap().ino();
+    m.unmount();
+    let m2 = Mounted::new(store, default_options());
+    assert_eq!(fs::read(m2.path("d/f")).unwrap(), b"persisted");
+    assert_eq!(fs::read(m2.path("l")).unwrap(), b"persisted");
+    let md = fs::metadata(m2.path("d/f")).unwrap();
+    assert_eq!((md.mode() & 0o7777, md.ino()), (0o600, ino));
+    assert_eq!(md.modified().unwrap(), t);
+    assert_eq!(getxattr(&m2.path("d/f"), "user.k", 8).unwrap(), b"v");
+    assert_eq!(fs::metadata(m2.path("d")).unwrap().nlink(), 2);
+}

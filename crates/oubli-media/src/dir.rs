@@ -26,7 +26,7 @@ use oubli_core::{Medium, SegmentId, Slot};
 
 use crate::util::{
     check_append_bounds, check_superblock_len, eof, invalid_data, invalid_input, lock_exclusive,
-    not_found,
+    lock_shared, not_found,
 };
 
 /// Name of the marker file that says "this directory is an oubli store".
@@ -108,6 +108,8 @@ pub struct DirMedium {
     /// Open marker file holding an exclusive advisory lock, so two handles
     /// (in this or another process) never write the same store.
     _lock: File,
+    /// Opened with [`DirMedium::open_read_only`]: writes are refused.
+    read_only: bool,
     state: Mutex<DirState>,
 }
 
@@ -179,7 +181,18 @@ impl DirMedium {
     /// marker, or an unknown format version); `WouldBlock` if another handle
     /// has it open.
     pub fn open(path: impl AsRef<Path>) -> io::Result<DirMedium> {
-        let root = path.as_ref();
+        Self::open_with(path.as_ref(), false)
+    }
+
+    /// Opens an existing store for reading only, under a *shared* lock: any
+    /// number of readers may hold it at once, but not while a writer has the
+    /// store open (and no writer while they do). Every write fails with
+    /// `PermissionDenied`.
+    pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<DirMedium> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    fn open_with(root: &Path, read_only: bool) -> io::Result<DirMedium> {
         let meta = fs::metadata(root).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -219,11 +232,17 @@ impl DirMedium {
             )));
         }
         let lock = File::open(&marker_path)?;
-        lock_exclusive(&lock, &format!("store {}", root.display()))?;
+        let what = format!("store {}", root.display());
+        if read_only {
+            lock_shared(&lock, &what)?;
+        } else {
+            lock_exclusive(&lock, &what)?;
+        }
         Ok(DirMedium {
             root,
             segdir,
             _lock: lock,
+            read_only,
             state: Mutex::new(DirState {
                 writers: Mru::new(WRITER_CACHE),
                 readers: Mru::new(READER_CACHE),
@@ -232,6 +251,16 @@ impl DirMedium {
                 root_dirty: false,
             }),
         })
+    }
+
+    fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("store {} is open read-only", self.root.display()),
+            ));
+        }
+        Ok(())
     }
 
     /// The store's directory (canonical).
@@ -320,6 +349,7 @@ impl Medium for DirMedium {
     }
 
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.writable()?;
         check_append_bounds(self.segment_capacity(), offset, data.len())?;
         let mut st = self.lock();
         let cached = st.writers.get(id).map(|w| (w.file.clone(), w.len));
@@ -390,6 +420,7 @@ impl Medium for DirMedium {
     }
 
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
+        self.writable()?;
         let mut st = self.lock();
         st.writers.remove(id);
         st.readers.remove(id);
@@ -405,6 +436,9 @@ impl Medium for DirMedium {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
         // The lock is held throughout so that no write can slip between the
         // flush and the clearing of its dirty flag.
         let mut st = self.lock();
@@ -444,6 +478,7 @@ impl Medium for DirMedium {
     }
 
     fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        self.writable()?;
         check_superblock_len(data.len())?;
         // Serialises with sync() and with another write to the same slot
         // (which would share the temporary file).
@@ -712,5 +747,37 @@ mod tests {
         for t in 0..4 {
             assert_eq!(m.segment_len(t).unwrap(), Some(200));
         }
+    }
+}
+
+#[cfg(test)]
+mod read_only_tests {
+    use super::*;
+
+    #[test]
+    fn readers_share_and_exclude_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let w = DirMedium::create(&path).unwrap();
+        w.append(1, 0, b"abc").unwrap();
+        w.sync().unwrap();
+        assert_eq!(
+            DirMedium::open_read_only(&path).err().map(|e| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
+        drop(w);
+        let r1 = DirMedium::open_read_only(&path).unwrap();
+        let r2 = DirMedium::open_read_only(&path).unwrap();
+        let mut buf = [0u8; 3];
+        r2.read(1, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"abc");
+        assert_eq!(
+            r1.append(1, 3, b"d").unwrap_err().kind(),
+            io::ErrorKind::PermissionDenied
+        );
+        assert_eq!(
+            DirMedium::open(&path).err().map(|e| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
     }
 }

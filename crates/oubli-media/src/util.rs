@@ -98,6 +98,17 @@ pub(crate) fn lock_exclusive(file: &std::fs::File, what: &str) -> io::Result<()>
     }
 }
 
+pub(crate) fn lock_shared(file: &std::fs::File, what: &str) -> io::Result<()> {
+    match file.try_lock_shared() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{what} is open for writing by another handle or process"),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

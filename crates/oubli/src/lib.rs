@@ -103,7 +103,9 @@ pub mod crates {
     pub use oubli_vault as vault;
 }
 
+pub mod control;
 pub mod exit;
+pub mod report;
 pub use exit::exit_code;
 
 use std::io;
@@ -117,6 +119,13 @@ use std::sync::Arc;
 pub fn open_dir_medium(path: impl AsRef<Path>) -> Result<DirMedium> {
     let path = path.as_ref();
     DirMedium::open(path).map_err(|e| dir_medium_error(path, e))
+}
+
+/// [`open_dir_medium`] for reading only, under a shared lock: several
+/// readers at once, none while a writer holds the store.
+pub fn open_dir_medium_read_only(path: impl AsRef<Path>) -> Result<DirMedium> {
+    let path = path.as_ref();
+    DirMedium::open_read_only(path).map_err(|e| dir_medium_error(path, e))
 }
 
 fn dir_medium_error(path: &Path, e: io::Error) -> Error {

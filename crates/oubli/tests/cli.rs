@@ -540,3 +540,41 @@ fn gc_keeps_live_data() {
     let verdict = env.json(&["audit", "--json"]);
     assert_eq!(verdict["verdict"], "ok", "{verdict}");
 }
+
+/// `oubli commit` and `oubli status` reach a process that holds the store
+/// open (a mount or a server) through its control socket.
+#[test]
+fn commit_and_status_reach_a_live_process_through_the_control_socket() {
+    let env = Env::new();
+    env.put("secret", &noise(100_000, 9));
+    let password = oubli::SecretBytes::new(PASSWORD.as_bytes().to_vec());
+    let store =
+        std::sync::Arc::new(oubli::open_dir_store(&env.store, &env.vault, &password).unwrap());
+    let _server = oubli::control::ControlServer::start(
+        &oubli::control::socket_path(&env.store),
+        store.clone(),
+        oubli::report::control_status(env.store.clone()),
+    )
+    .unwrap();
+    let oid = store.lookup(oubli::ROOT_DIR, b"secret").unwrap().unwrap();
+    store.unlink(oubli::ROOT_DIR, b"secret").unwrap();
+    store.delete(oid).unwrap();
+    let before = env.json(&["status", "--json"]);
+    assert_eq!(before["live"], true);
+    assert!(
+        before["pending_deletions"].as_u64().unwrap() > 0,
+        "{before}"
+    );
+    env.cmd()
+        .arg("commit")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("by the process holding the store"));
+    let after = env.json(&["status", "--json"]);
+    assert_eq!(after["pending_deletions"], 0);
+    assert_eq!(
+        after["epoch"].as_u64().unwrap(),
+        before["epoch"].as_u64().unwrap() + 1
+    );
+    assert_eq!(store.audit().unwrap().pending_units, 0);
+}

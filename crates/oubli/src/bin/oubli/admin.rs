@@ -4,6 +4,7 @@ use crate::failure::Failure;
 use crate::password::{self, Purpose};
 use crate::session::{self, Access, Global};
 use crate::ui;
+use oubli::report::{status_report, StatusReport};
 use oubli::{exit, CreateOptions, Error, KdfParams, DIR_MARKER};
 use serde::Serialize;
 
@@ -85,6 +86,13 @@ pub fn init(
 
 /// `oubli commit` (alias `purge`).
 pub fn commit(g: &Global) -> Result<String, Failure> {
+    // A mount or server holding the store open commits for us.
+    if let Some(reply) = g.control("purge")? {
+        let epoch = reply.map_err(|e| g.control_failure(e))?;
+        return Ok(format!(
+            "committed (by the process holding the store): epoch {epoch} began; everything deleted before it is now unrecoverable\n"
+        ));
+    }
     let session = g.open(Access::Write)?;
     // Opening a store whose last command left an intent log commits it
     // already; a second commit would only cost a vault write.
@@ -97,100 +105,28 @@ pub fn commit(g: &Global) -> Result<String, Failure> {
     ))
 }
 
-#[derive(Serialize)]
-struct StatusJson {
-    store: String,
-    medium: String,
-    epoch: u64,
-    committed_at: u64,
-    seconds_since_commit: u64,
-    pending_deletions: u64,
-    pending_erasure_bytes: u64,
-    bytes_written_this_epoch: u64,
-    live_bytes: u64,
-    dead_bytes: u64,
-    medium_bytes: u64,
-    segments: usize,
-    cell_size: u32,
-    key_scheme: &'static str,
-    provider: &'static str,
-    vault: VaultJson,
-    policy: PolicyJson,
-}
-
-#[derive(Serialize)]
-struct VaultJson {
-    kind: String,
-    location: String,
-    writes: Option<u64>,
-    endurance_writes: Option<u64>,
-    overwrite_is_erasure: bool,
-}
-
-#[derive(Serialize)]
-struct PolicyJson {
-    /// Always "manual" for the CLI: a one-shot command commits only when asked.
-    mode: &'static str,
-    interval_seconds: Option<u64>,
-    bytes: Option<u64>,
-    deletions: Option<u64>,
-}
-
 /// `oubli status [--json]`.
 pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
-    let session = g.open(Access::Read)?;
-    let s = session.store.status().map_err(|e| g.fail(e))?;
-    // The engine's live-byte counter misses data replayed from an intent
-    // log (every CLI `put` ends in a flush, not a commit), so it is
-    // measured from the tree instead: nodes only, no data is read.
-    let o = session.store.overhead().map_err(|e| g.fail(e))?;
-    let live_bytes = o.node_bytes + o.data_bytes + o.tag_bytes;
-    let manual =
-        s.policy.interval.is_none() && s.policy.bytes.is_none() && s.policy.deletions.is_none();
-    let report = StatusJson {
-        store: g.store.display().to_string(),
-        medium: s.medium.clone(),
-        epoch: s.epoch,
-        committed_at: s.committed_at,
-        // From the superblock's commit time: the store's own clock only
-        // started when this process opened it.
-        seconds_since_commit: ui::now().saturating_sub(s.committed_at),
-        pending_deletions: s.pending_deletions,
-        pending_erasure_bytes: s.pending_erasure_bytes,
-        bytes_written_this_epoch: s.bytes_written_this_epoch,
-        live_bytes,
-        dead_bytes: s.medium_bytes.saturating_sub(live_bytes),
-        medium_bytes: s.medium_bytes,
-        segments: s.segments,
-        cell_size: s.cell_size,
-        key_scheme: s.key_scheme,
-        provider: s.provider,
-        vault: VaultJson {
-            kind: s.vault.kind.clone(),
-            location: s.vault.location.clone(),
-            writes: s.vault_writes,
-            endurance_writes: s.vault.endurance_writes,
-            overwrite_is_erasure: s.vault.overwrite_is_erasure,
-        },
-        policy: PolicyJson {
-            mode: if manual { "manual" } else { "automatic" },
-            interval_seconds: s.policy.interval.map(|d| d.as_secs()),
-            bytes: s.policy.bytes,
-            deletions: s.policy.deletions,
-        },
+    let report = match g.control("status")? {
+        Some(reply) => {
+            let text = reply.map_err(|e| g.control_failure(e))?;
+            serde_json::from_str(&text)
+                .map_err(|e| g.control_failure(format!("unreadable status reply: {e}")))?
+        }
+        None => {
+            let session = g.open(Access::Read)?;
+            status_report(&session.store, &g.store, false).map_err(|e| g.fail(e))?
+        }
     };
     if json {
         return Ok(serde_json::to_string_pretty(&report).expect("plain data") + "\n");
     }
-    let r = &report;
-    // Deletions replayed from an intent log free bytes but are not counted
-    // by the engine (yet): the bytes are the reliable figure.
+    Ok(render_status(&report))
+}
+
+fn render_status(r: &StatusReport) -> String {
     let pending = match (r.pending_deletions, r.pending_erasure_bytes) {
         (0, 0) => "none".to_string(),
-        (0, bytes) => format!(
-            "{} of sealed data deleted: erased at the next commit (`oubli commit`)",
-            ui::size(bytes)
-        ),
         (n, bytes) => format!(
             "{n} deletion(s), {} of sealed data: erased at the next commit (`oubli commit`)",
             ui::size(bytes)
@@ -206,8 +142,27 @@ pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
     } else {
         "stand-in: its medium may keep old copies"
     };
-    Ok(format!(
-        "store        {}\n\
+    let policy = if r.policy.mode == "manual" {
+        "manual: epochs end on `oubli commit` or `oubli rm --purge`".to_string()
+    } else {
+        let mut parts = Vec::new();
+        if let Some(i) = r.policy.interval_seconds {
+            parts.push(format!("every {}", ui::duration(i)));
+        }
+        if let Some(b) = r.policy.bytes {
+            parts.push(format!("after {} written", ui::size(b)));
+        }
+        if let Some(d) = r.policy.deletions {
+            parts.push(format!("after {d} deletions"));
+        }
+        let mut text = format!("automatic: {}", parts.join(", "));
+        if let Some(n) = r.next_commit_in {
+            text.push_str(&format!("; next commit in {}", ui::duration(n)));
+        }
+        text
+    };
+    let mut out = format!(
+        "store        {}{}\n\
          medium       {} ({} segments, {} on disk)\n\
          epoch        {} (committed {} ago, at {} UTC)\n\
          pending      {}\n\
@@ -220,6 +175,11 @@ pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
          provider     {}\n\
          policy       {}\n",
         r.store,
+        if r.live {
+            " (open in a running mount or server)"
+        } else {
+            ""
+        },
         r.medium,
         r.segments,
         ui::size(r.medium_bytes),
@@ -235,12 +195,14 @@ pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
         ui::size(u64::from(r.cell_size)),
         r.key_scheme,
         r.provider,
-        if manual {
-            "manual: epochs end on `oubli commit` or `oubli rm --purge`".to_string()
-        } else {
-            format!("{:?}", s.policy)
-        },
-    ))
+        policy,
+    );
+    if let Some(e) = &r.last_commit_error {
+        out.push_str(&format!(
+            "WARNING      the last automatic commit failed ({e}); the epoch stays open and erasure is delayed until a commit succeeds\n"
+        ));
+    }
+    out
 }
 
 /// `oubli gc [--threshold F]`.

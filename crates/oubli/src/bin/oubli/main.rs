@@ -9,6 +9,7 @@ mod audit;
 mod data;
 mod failure;
 mod password;
+mod serve;
 mod session;
 mod ui;
 
@@ -130,6 +131,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve an export as an NBD block device, in the foreground; TRIM erases at the next commit
+    Serve(serve::ServeArgs),
 }
 
 /// Writes a command's output to stdout. A closed pipe (`oubli ls | head`)
@@ -169,6 +172,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             json,
         } => audit::audit(&g, &with_copy, &with_vault_copy, json),
         Command::Fsck { json } => admin::fsck(&g, json),
+        Command::Serve(args) => serve::serve(&g, args),
     }
 }
 

@@ -122,6 +122,33 @@ impl Global {
         }
     }
 
+    /// Sends `what` to the control socket of the process (mount or server)
+    /// holding the store open; `None` when no such process runs.
+    pub fn control(&self, what: &str) -> Result<Option<Result<String, String>>, Failure> {
+        oubli::control::request(&self.store, what).map_err(|e| {
+            Failure::new(
+                oubli::exit::BUSY,
+                format!(
+                    "the process holding store {} does not answer: {e}",
+                    self.store.display()
+                ),
+                "check that the mount or server is healthy (its log), or stop it and retry",
+            )
+        })
+    }
+
+    /// The process holding the store refused or failed a request.
+    pub fn control_failure(&self, message: String) -> Failure {
+        Failure::new(
+            oubli::exit::UNEXPECTED,
+            format!(
+                "the process holding store {} reports: {message}",
+                self.store.display()
+            ),
+            "see that process's log; `oubli status` shows whether the epoch is still open",
+        )
+    }
+
     /// Fails with exit 8 unless `--store` names a store directory. Checked
     /// before anything else so that no lock file lands in a stranger's directory.
     pub fn require_store(&self) -> Result<(), Failure> {
@@ -184,7 +211,10 @@ impl Global {
         access: Access,
         provider: &Arc<dyn CryptoProvider>,
     ) -> Result<Store, Error> {
-        let medium = oubli::open_dir_medium(&self.store)?;
+        let medium = match access {
+            Access::Write => oubli::open_dir_medium(&self.store)?,
+            Access::Read => oubli::open_dir_medium_read_only(&self.store)?,
+        };
         Store::open(Arc::new(medium), vault, options(access, provider))
     }
 }

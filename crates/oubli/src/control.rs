@@ -1,0 +1,156 @@
+//! The control socket: lets `oubli purge` and `oubli status` reach the process (mount or server) that holds a store open.
+//!
+//! A store directory is locked by the process that opens it, so a second
+//! `oubli` cannot open it to commit. The long-running front-ends (`oubli
+//! mount`, `oubli serve`) therefore listen on a Unix socket next to the store
+//! — `<store>/control.sock`, mode 0600 — and answer one-line requests:
+//!
+//! | request  | reply |
+//! |---|---|
+//! | `purge`  | `ok <epoch>` after committing (every deletion so far becomes unrecoverable) |
+//! | `flush`  | `ok` after making every write durable |
+//! | `status` | `ok <json>`: the same object `oubli status --json` prints |
+//!
+//! Errors are `err <message>`. Only the owner of the store can connect.
+
+use oubli_core::Store;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// File name of the socket inside a store directory.
+pub const SOCKET_NAME: &str = "control.sock";
+
+/// Where the control socket of a store lives: inside a store directory, next to a store file.
+pub fn socket_path(store: &Path) -> PathBuf {
+    if store.is_dir() {
+        store.join(SOCKET_NAME)
+    } else {
+        let mut name = store.file_name().unwrap_or_default().to_os_string();
+        name.push(".");
+        name.push(SOCKET_NAME);
+        store.with_file_name(name)
+    }
+}
+
+/// Renders a store's status for `status`; supplied by the CLI so that the
+/// socket and `oubli status --json` print the same object.
+pub type StatusRenderer = dyn Fn(&Store) -> Result<String, String> + Send + Sync;
+
+/// A running control server; stops (and removes the socket) when dropped.
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Starts listening at `path` for requests against `store`.
+    pub fn start(
+        path: &Path,
+        store: Arc<Store>,
+        status: Arc<StatusRenderer>,
+    ) -> io::Result<ControlServer> {
+        // A socket left by a crashed process is stale if nobody answers on it.
+        if path.exists() && UnixStream::connect(path).is_err() {
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("oubli-control".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, _)) => {
+                            let _ = serve(conn, &store, &*status);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+            })?;
+        Ok(ControlServer {
+            path: path.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(conn: UnixStream, store: &Store, status: &StatusRenderer) -> io::Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.by_ref().take(256).read_line(&mut line)?;
+    let reply = match line.trim() {
+        "purge" | "commit" => match store.purge() {
+            Ok(()) => format!("ok {}", store.epoch()),
+            Err(e) => format!("err {e}"),
+        },
+        "flush" => match store.flush() {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("err {e}"),
+        },
+        "status" => match status(store) {
+            Ok(json) => format!("ok {json}"),
+            Err(e) => format!("err {e}"),
+        },
+        other => format!("err unknown request {other:?}"),
+    };
+    let mut conn = conn;
+    conn.write_all(reply.replace('\n', " ").as_bytes())?;
+    conn.write_all(b"\n")
+}
+
+/// The reply of a live process, or `None` if no process holds the store open.
+pub fn request(store: &Path, what: &str) -> io::Result<Option<Result<String, String>>> {
+    let path = socket_path(store);
+    let mut conn = match UnixStream::connect(&path) {
+        Ok(c) => c,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    // A purge waits for a commit, which may wait for a slow vault.
+    conn.set_read_timeout(Some(Duration::from_secs(120)))?;
+    conn.write_all(what.as_bytes())?;
+    conn.write_all(b"\n")?;
+    let mut reply = String::new();
+    BufReader::new(conn).read_line(&mut reply)?;
+    let reply = reply.trim_end();
+    Ok(Some(match reply.split_once(' ').unwrap_or((reply, "")) {
+        ("ok", rest) => Ok(rest.to_string()),
+        ("err", rest) => Err(rest.to_string()),
+        _ => Err(format!(
+            "malformed reply from the control socket: {reply:?}"
+        )),
+    }))
+}

@@ -1,0 +1,102 @@
+//! Serializable reports: what `oubli status --json` prints and what a live mount or server answers on its control socket.
+
+use oubli_core::{Error, Store};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What `oubli status --json` prints, and what a live process's control
+/// socket answers to `status`.
+#[derive(Serialize, Deserialize)]
+pub struct StatusReport {
+    pub store: String,
+    pub medium: String,
+    pub epoch: u64,
+    pub committed_at: u64,
+    pub seconds_since_commit: u64,
+    pub pending_deletions: u64,
+    pub pending_erasure_bytes: u64,
+    pub bytes_written_this_epoch: u64,
+    pub live_bytes: u64,
+    pub dead_bytes: u64,
+    pub medium_bytes: u64,
+    pub segments: usize,
+    pub cell_size: u32,
+    pub key_scheme: String,
+    pub provider: String,
+    pub vault: VaultReport,
+    pub policy: PolicyReport,
+    /// Seconds until the epoch policy's interval commits (live processes).
+    pub next_commit_in: Option<u64>,
+    /// Why the last automatic commit failed (the epoch stays open, retried).
+    pub last_commit_error: Option<String>,
+    /// True when the figures come from the process holding the store open.
+    pub live: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct VaultReport {
+    pub kind: String,
+    pub location: String,
+    pub writes: Option<u64>,
+    pub endurance_writes: Option<u64>,
+    pub overwrite_is_erasure: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct PolicyReport {
+    /// "manual" (commits only when asked) or "automatic".
+    pub mode: String,
+    pub interval_seconds: Option<u64>,
+    pub bytes: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+/// The status of an open store (used by `status` and by the control socket).
+pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<StatusReport, Error> {
+    let s = store.status()?;
+    let manual =
+        s.policy.interval.is_none() && s.policy.bytes.is_none() && s.policy.deletions.is_none();
+    Ok(StatusReport {
+        store: store_path.display().to_string(),
+        medium: s.medium.clone(),
+        epoch: s.epoch,
+        committed_at: s.committed_at,
+        seconds_since_commit: s.seconds_since_commit,
+        pending_deletions: s.pending_deletions,
+        pending_erasure_bytes: s.pending_erasure_bytes,
+        bytes_written_this_epoch: s.bytes_written_this_epoch,
+        live_bytes: s.live_bytes,
+        dead_bytes: s.dead_bytes,
+        medium_bytes: s.medium_bytes,
+        segments: s.segments,
+        cell_size: s.cell_size,
+        key_scheme: s.key_scheme.to_string(),
+        provider: s.provider.to_string(),
+        vault: VaultReport {
+            kind: s.vault.kind.clone(),
+            location: s.vault.location.clone(),
+            writes: s.vault_writes,
+            endurance_writes: s.vault.endurance_writes,
+            overwrite_is_erasure: s.vault.overwrite_is_erasure,
+        },
+        policy: PolicyReport {
+            mode: if manual { "manual" } else { "automatic" }.to_string(),
+            interval_seconds: s.policy.interval.map(|d| d.as_secs()),
+            bytes: s.policy.bytes,
+            deletions: s.policy.deletions,
+        },
+        next_commit_in: s.next_commit_in,
+        last_commit_error: s.last_commit_error,
+        live,
+    })
+}
+
+/// The renderer a mount or server hands to its control socket.
+pub fn control_status(store_path: PathBuf) -> Arc<crate::control::StatusRenderer> {
+    Arc::new(move |store: &Store| {
+        status_report(store, &store_path, true)
+            .map_err(|e| e.to_string())
+            .map(|r| serde_json::to_string(&r).expect("plain data"))
+    })
+}

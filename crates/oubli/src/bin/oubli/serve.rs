@@ -1,8 +1,9 @@
 //! `oubli serve`: an export of the store as an NBD block device (oubli-nbd), in the foreground, on which TRIM and discard erase at the next commit.
 //!
 //! The process holds the store open: it commits on the epoch policy
-//! (checked every second), at once on SIGUSR1, and on SIGTERM / SIGINT after
-//! closing every connection, before it exits.
+//! (checked every second), at once on SIGUSR1 or `oubli commit` (through the
+//! store's control socket), and on SIGTERM / SIGINT after closing every
+//! connection, before it exits.
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
@@ -141,6 +142,15 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     };
     register().map_err(|e| Failure::file("installing signal handlers", e))?;
 
+    // `oubli commit` / `purge` / `status` reach this process through the store's control socket.
+    let control_path = oubli::control::socket_path(&g.store);
+    let control = oubli::control::ControlServer::start(
+        &control_path,
+        store.clone(),
+        oubli::report::control_status(g.store.clone()),
+    )
+    .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
+
     let server = oubli_nbd::serve(
         store.clone(),
         &endpoints,
@@ -178,6 +188,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     }
     log("stopping: closing connections and committing");
     server.shutdown().map_err(|e| g.fail(e))?;
+    drop(control);
     Ok(format!(
         "stopped; epoch {} committed: everything trimmed or deleted before is unrecoverable\n",
         store.epoch()

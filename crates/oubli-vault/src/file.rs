@@ -6,13 +6,11 @@
 //! hardware, not because its erasure is real; [`VaultInfo::overwrite_is_erasure`]
 //! says so. See docs/FORMAT-vault.md.
 
-use crate::format::{
-    open_slot, parse_slot, seal_slot, Slot, SlotFault, SlotHeader, FILE_LEN, NONCE_LEN, SLOT_COUNT,
-    SLOT_STRIDE,
-};
-use crate::kdf::{derive_kek, KdfParams, SALT_LEN};
+use crate::format::{parse_slot, seal_slot, Slot, SlotFault, FILE_LEN, SLOT_COUNT, SLOT_STRIDE};
+use crate::kdf::KdfParams;
+use crate::sealed::{self, Current, KekState};
 use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
-use oubli_crypto::{CryptoProvider, SecretBytes, SecretKey};
+use oubli_crypto::{CryptoProvider, SecretBytes};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -20,32 +18,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(test)]
 mod tests;
-
-/// The password-derived key-encryption key, with the salt and parameters it
-/// was derived with. Deriving costs an Argon2id run, so it is done once per
-/// open (or password change) and kept; `SecretKey` wipes it on drop.
-struct KekState {
-    kek: SecretKey,
-    salt: [u8; SALT_LEN],
-    params: KdfParams,
-}
-
-impl KekState {
-    fn unlocks(&self, slot: &Slot) -> bool {
-        slot.header.salt == self.salt && slot.header.params == self.params
-    }
-}
-
-/// The slot that currently holds the record, as found by a read.
-struct Current {
-    index: usize,
-    header: SlotHeader,
-    record: VaultRecord,
-    /// Highest generation and write count over every readable slot, so that
-    /// the next record outranks even a leftover this handle cannot open.
-    max_generation: u64,
-    max_write_count: u64,
-}
 
 /// Where a replace stops early, to simulate a power cut in tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,8 +61,8 @@ fn invalid_input(msg: String) -> VaultError {
     VaultError::Io(io::Error::new(io::ErrorKind::InvalidInput, msg))
 }
 
-fn slot_name(index: usize) -> char {
-    ['A', 'B'][index]
+fn slot_name(index: usize) -> String {
+    format!("slot {}", ['A', 'B'][index])
 }
 
 impl FileVault {
@@ -109,17 +81,9 @@ impl FileVault {
     ) -> Result<FileVault, VaultError> {
         let path = path.as_ref().to_path_buf();
         params.validate().map_err(invalid_input)?;
-        let mut salt = [0u8; SALT_LEN];
-        provider.fill_random(&mut salt);
-        let kek = derive_kek(password, &salt, params)?;
-        let header = SlotHeader {
-            generation: 1,
-            write_count: 1,
-            params,
-            salt,
-            nonce: fresh_nonce(&*provider),
-        };
-        let mut contents = seal_slot(&*provider, &kek, &header, record);
+        let state = KekState::fresh(password, params, &*provider)?;
+        let header = sealed::first_header(&state, &*provider);
+        let mut contents = seal_slot(&*provider, &state.kek, &header, record);
         contents.resize(FILE_LEN, 0);
 
         let mut options = OpenOptions::new();
@@ -155,7 +119,7 @@ impl FileVault {
         let vault = FileVault {
             path,
             provider,
-            state: Mutex::new(KekState { kek, salt, params }),
+            state: Mutex::new(state),
         };
         // Read back: proves the bytes on disk open with this password.
         vault.load()?;
@@ -175,28 +139,13 @@ impl FileVault {
         let path = path.as_ref().to_path_buf();
         let bytes = read_vault_file(&path)?;
         let slots = parse_slots(&bytes);
-        let candidates = by_generation(&path, &slots)?;
-        let mut tried: Option<KekState> = None;
-        for index in candidates {
-            let slot = slots[index].as_ref().expect("candidate is readable");
-            let state = match tried.take() {
-                Some(state) if state.unlocks(slot) => state,
-                _ => KekState {
-                    kek: derive_kek(password, &slot.header.salt, slot.header.params)?,
-                    salt: slot.header.salt,
-                    params: slot.header.params,
-                },
-            };
-            if open_slot(&*provider, &state.kek, slot).is_some() {
-                return Ok(FileVault {
-                    path,
-                    provider,
-                    state: Mutex::new(state),
-                });
-            }
-            tried = Some(state);
-        }
-        Err(VaultError::WrongPassword)
+        let place = path.display().to_string();
+        let state = sealed::unlock(&place, &slots, &slot_name, password, &*provider)?;
+        Ok(FileVault {
+            path,
+            provider,
+            state: Mutex::new(state),
+        })
     }
 
     /// The vault file's path.
@@ -236,14 +185,8 @@ impl FileVault {
         params.validate().map_err(invalid_input)?;
         let mut state = self.lock();
         let current = self.current(&state)?;
-        let mut salt = [0u8; SALT_LEN];
-        self.provider.fill_random(&mut salt);
-        let new_state = KekState {
-            kek: derive_kek(new_password, &salt, params)?,
-            salt,
-            params,
-        };
-        let header = next_header(&current, &new_state, &*self.provider)?;
+        let new_state = KekState::fresh(new_password, params, &*self.provider)?;
+        let header = sealed::next_header(&current, &new_state, &*self.provider)?;
         let region = seal_slot(&*self.provider, &new_state.kek, &header, &current.record);
         self.replace(current.index, &region, crash, || *state = new_state)
     }
@@ -251,15 +194,8 @@ impl FileVault {
     fn store_inner(&self, record: &VaultRecord, crash: Crash) -> Result<(), VaultError> {
         let state = self.lock();
         let current = self.current(&state)?;
-        if current.record.store_id != record.store_id {
-            return Err(VaultError::Corrupt(format!(
-                "{} belongs to store {}, refusing a record for store {}",
-                self.path.display(),
-                hex(&current.record.store_id),
-                hex(&record.store_id)
-            )));
-        }
-        let header = next_header(&current, &state, &*self.provider)?;
+        sealed::check_same_store(&self.path.display().to_string(), &current, record)?;
+        let header = sealed::next_header(&current, &state, &*self.provider)?;
         let region = seal_slot(&*self.provider, &state.kek, &header, record);
         self.replace(current.index, &region, crash, || ())
     }
@@ -324,32 +260,8 @@ impl FileVault {
     fn current(&self, state: &KekState) -> Result<Current, VaultError> {
         let bytes = read_vault_file(&self.path)?;
         let slots = parse_slots(&bytes);
-        let candidates = by_generation(&self.path, &slots)?;
-        let readable = || slots.iter().flatten();
-        let max_generation = readable().map(|s| s.header.generation).max().unwrap_or(0);
-        let max_write_count = readable().map(|s| s.header.write_count).max().unwrap_or(0);
-        for index in candidates {
-            let slot = slots[index].as_ref().expect("candidate is readable");
-            // A slot sealed under another salt (a password change by another
-            // handle, or one cut short) cannot be opened with this KEK; an
-            // older slot that can is still a valid "old record".
-            if !state.unlocks(slot) {
-                continue;
-            }
-            if let Some(record) = open_slot(&*self.provider, &state.kek, slot) {
-                return Ok(Current {
-                    index,
-                    header: slot.header.clone(),
-                    record,
-                    max_generation,
-                    max_write_count,
-                });
-            }
-        }
-        // A checksum-valid slot failed authentication: the KEK is wrong (or
-        // someone forged the header and fixed the checksum, which the AEAD
-        // cannot tell apart from a wrong password).
-        Err(VaultError::WrongPassword)
+        let place = self.path.display().to_string();
+        sealed::current(&place, &slots, &slot_name, state, &*self.provider)
     }
 }
 
@@ -380,32 +292,6 @@ impl Vault for FileVault {
     }
 }
 
-fn next_header(
-    current: &Current,
-    state: &KekState,
-    provider: &dyn CryptoProvider,
-) -> Result<SlotHeader, VaultError> {
-    let overflow = || VaultError::Corrupt("generation counter exhausted".into());
-    Ok(SlotHeader {
-        generation: current.max_generation.checked_add(1).ok_or_else(overflow)?,
-        write_count: current
-            .max_write_count
-            .checked_add(1)
-            .ok_or_else(overflow)?,
-        params: state.params,
-        salt: state.salt,
-        // Fresh per record: the record key derive(KEK, label, nonce) then
-        // seals exactly one message, as the provider's contract requires.
-        nonce: fresh_nonce(provider),
-    })
-}
-
-fn fresh_nonce(provider: &dyn CryptoProvider) -> [u8; NONCE_LEN] {
-    let mut nonce = [0u8; NONCE_LEN];
-    provider.fill_random(&mut nonce);
-    nonce
-}
-
 fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {
     let bytes = std::fs::read(path).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
@@ -428,28 +314,6 @@ fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {
 
 fn parse_slots(bytes: &[u8]) -> [Result<Slot, SlotFault>; SLOT_COUNT] {
     std::array::from_fn(|i| parse_slot(&bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE]))
-}
-
-/// Indices of the readable slots, newest first; Corrupt if there are none.
-fn by_generation(
-    path: &Path,
-    slots: &[Result<Slot, SlotFault>; SLOT_COUNT],
-) -> Result<Vec<usize>, VaultError> {
-    let mut readable: Vec<usize> = (0..SLOT_COUNT).filter(|&i| slots[i].is_ok()).collect();
-    if readable.is_empty() {
-        let why: Vec<String> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("slot {}: {}", slot_name(i), s.as_ref().unwrap_err()))
-            .collect();
-        return Err(VaultError::Corrupt(format!(
-            "no readable record in {} ({})",
-            path.display(),
-            why.join(", ")
-        )));
-    }
-    readable.sort_by_key(|&i| std::cmp::Reverse(slots[i].as_ref().unwrap().header.generation));
-    Ok(readable)
 }
 
 fn write_at(file: &mut File, offset: usize, bytes: &[u8]) -> io::Result<()> {
@@ -475,8 +339,4 @@ fn sync_parent_dir(path: &Path) -> io::Result<()> {
 
 fn simulated_crash() -> VaultError {
     VaultError::Io(io::Error::other("simulated power cut"))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

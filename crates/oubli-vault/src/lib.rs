@@ -1,11 +1,19 @@
-//! oubli's vaults: where the epoch key lives — a password-protected A/B file vault, plus test vaults.
+//! oubli's vaults: where the epoch key lives — a password-protected file, a TPM 2.0, a PKCS#11 token, plus test vaults.
 //!
 //! The whole store's secure deletion rests on the epoch key: when the vault
 //! replaces it, everything sealed under the previous epoch becomes
-//! unreadable. [`FileVault`] is the default and needs no hardware, but a file
-//! on an SSD or a journaling file system may keep old copies of the key (see
-//! docs/FORMAT-vault.md); hardware vaults (TPM, PKCS#11) come later.
+//! unreadable. Every vault keeps the key in the same password-sealed record
+//! (Argon2id, see docs/FORMAT-vault.md) and differs only in where it lives:
 //!
+//! * [`FileVault`] — the default, needs no hardware, but a file on an SSD or
+//!   a journaling file system may keep old copies of the key;
+//! * [`TpmVault`] — NV indices of a TPM 2.0 (`tpm:device:/dev/tpmrm0`);
+//! * [`Pkcs11Vault`] — a data object on a smart card or HSM
+//!   (`pkcs11:token=...`).
+//!
+//! [`open_vault`] and [`create_vault`] dispatch on the location string.
+//! Hardware wears out: [`projected_lifetime`] and [`wear_warning`] turn a
+//! vault's endurance and an epoch policy into a figure for `status`.
 //! [`MemoryVault`] and [`FlakyVault`] are for tests of the engine.
 
 mod file;
@@ -13,16 +21,115 @@ mod flaky;
 mod format;
 mod kdf;
 mod memory;
+pub mod pkcs11;
+mod pkcs11_uri;
+mod sealed;
+#[cfg(feature = "tpm")]
+pub mod tpm;
+mod wear;
+mod worker;
 
 pub use file::FileVault;
 pub use flaky::FlakyVault;
 pub use kdf::{KdfParams, SALT_LEN};
 pub use memory::MemoryVault;
+#[cfg(not(feature = "tpm"))]
+pub use no_tpm::{TpmLocation, TpmOptions, TpmVault};
 pub use oubli_core::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};
+pub use pkcs11::{Pkcs11Options, Pkcs11Vault};
+pub use pkcs11_uri::Pkcs11Uri;
+#[cfg(feature = "tpm")]
+pub use tpm::{TpmLocation, TpmOptions, TpmVault};
+
+/// Stand-ins when the crate is built without the `tpm` feature: the API
+/// keeps its shape and every TPM location is refused as unavailable.
+#[cfg(not(feature = "tpm"))]
+mod no_tpm {
+    use super::*;
+
+    fn unsupported() -> VaultError {
+        VaultError::Unavailable("this build of oubli has no TPM support (feature `tpm`)".into())
+    }
+
+    /// See the `tpm` feature's `TpmLocation`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TpmLocation;
+
+    impl TpmLocation {
+        pub fn parse(_spec: &str) -> Result<TpmLocation, VaultError> {
+            Err(unsupported())
+        }
+    }
+
+    /// See the `tpm` feature's `TpmOptions`.
+    #[derive(Debug, Clone, Default)]
+    pub struct TpmOptions {
+        pub timeout: std::time::Duration,
+        pub owner_auth: Option<SecretBytes>,
+    }
+
+    /// See the `tpm` feature's `TpmVault`; never constructed.
+    pub enum TpmVault {}
+
+    impl TpmVault {
+        pub fn create(
+            _: &TpmLocation,
+            _: &SecretBytes,
+            _: KdfParams,
+            _: &VaultRecord,
+            _: Arc<dyn CryptoProvider>,
+            _: TpmOptions,
+        ) -> Result<TpmVault, VaultError> {
+            Err(unsupported())
+        }
+
+        pub fn open(
+            _: &TpmLocation,
+            _: &SecretBytes,
+            _: Arc<dyn CryptoProvider>,
+            _: TpmOptions,
+        ) -> Result<TpmVault, VaultError> {
+            Err(unsupported())
+        }
+    }
+
+    impl Vault for TpmVault {
+        fn info(&self) -> VaultInfo {
+            match *self {}
+        }
+        fn load(&self) -> Result<VaultRecord, VaultError> {
+            match *self {}
+        }
+        fn store(&self, _: &VaultRecord) -> Result<(), VaultError> {
+            match *self {}
+        }
+        fn write_count(&self) -> Result<u64, VaultError> {
+            match *self {}
+        }
+    }
+}
+pub use wear::{commits_per_day, projected_lifetime, wear_warning, WEAR_HORIZON};
 
 use oubli_crypto::{CryptoProvider, SecretBytes};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// A step of a hardware vault's rotation (`store`), for crash tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotationStep {
+    /// The current record has been read; nothing is written yet.
+    Start,
+    /// The new record is durable on the device; the old one is still there.
+    NewRecordWritten,
+    /// The old record has been overwritten or destroyed; `store` is about to return.
+    OldRecordCleared,
+}
+
+/// Called by [`TpmVault`] and [`Pkcs11Vault`] at each [`RotationStep`]. An
+/// `Err` stops the rotation at that point and is returned by `store`, as if
+/// the process or the device had died there. Tests use it to kill the TPM
+/// simulator or pull the token at the worst moment.
+pub type RotationHook = Arc<dyn Fn(RotationStep) -> Result<(), VaultError> + Send + Sync>;
 
 /// A vault location as the user writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,24 +166,113 @@ impl VaultLocation {
     }
 }
 
-/// Opens the vault at `location` (see [`VaultLocation::parse`]).
+/// Options for [`open_vault_with`] and [`create_vault_with`]: one per vault kind.
+#[derive(Debug, Clone, Default)]
+pub struct VaultOptions {
+    pub tpm: TpmOptions,
+    pub pkcs11: Pkcs11Options,
+}
+
+impl VaultOptions {
+    /// Defaults, with the TPM owner authorization taken from
+    /// `$OUBLI_TPM_OWNER_AUTH` if set (it is needed only to create or destroy
+    /// a TPM vault, and is empty on most machines).
+    pub fn from_env() -> VaultOptions {
+        let mut options = VaultOptions::default();
+        if let Some(auth) = std::env::var_os("OUBLI_TPM_OWNER_AUTH") {
+            options.tpm.owner_auth = Some(SecretBytes::new(auth.into_encoded_bytes()));
+        }
+        options
+    }
+}
+
+/// Opens the vault at `location` (see [`VaultLocation::parse`]) with
+/// [`VaultOptions::from_env`].
 ///
-/// Files are opened with [`FileVault::open`]; TPM and PKCS#11 locations fail
-/// with [`VaultError::Unavailable`] until those vaults exist.
+/// `file:PATH` opens a [`FileVault`], `tpm:TCTI[;index=N]` a [`TpmVault`],
+/// `pkcs11:URI` a [`Pkcs11Vault`] (PIN from the URI's `pin-value`, else
+/// `$OUBLI_PIN`, else `password`).
 pub fn open_vault(
     location: &str,
     password: &SecretBytes,
     provider: Arc<dyn CryptoProvider>,
 ) -> Result<Box<dyn Vault>, VaultError> {
-    match VaultLocation::parse(location)? {
-        VaultLocation::File(path) => Ok(Box::new(FileVault::open(path, password, provider)?)),
-        VaultLocation::Tpm(_) => Err(VaultError::Unavailable(
-            "TPM vaults are not supported yet".into(),
-        )),
-        VaultLocation::Pkcs11(_) => Err(VaultError::Unavailable(
-            "PKCS#11 vaults are not supported yet".into(),
-        )),
-    }
+    open_vault_with(location, password, provider, &VaultOptions::from_env())
+}
+
+/// [`open_vault`] with explicit options.
+pub fn open_vault_with(
+    location: &str,
+    password: &SecretBytes,
+    provider: Arc<dyn CryptoProvider>,
+    options: &VaultOptions,
+) -> Result<Box<dyn Vault>, VaultError> {
+    Ok(match VaultLocation::parse(location)? {
+        VaultLocation::File(path) => Box::new(FileVault::open(path, password, provider)?),
+        VaultLocation::Tpm(spec) => Box::new(TpmVault::open(
+            &TpmLocation::parse(&spec)?,
+            password,
+            provider,
+            options.tpm.clone(),
+        )?),
+        VaultLocation::Pkcs11(uri) => Box::new(Pkcs11Vault::open(
+            &Pkcs11Uri::parse(&uri)?,
+            password,
+            provider,
+            options.pkcs11.clone(),
+        )?),
+    })
+}
+
+/// Creates a vault at `location` holding `record` (the first epoch key),
+/// with [`VaultOptions::from_env`]. Fails if a vault already exists there.
+pub fn create_vault(
+    location: &str,
+    password: &SecretBytes,
+    params: KdfParams,
+    record: &VaultRecord,
+    provider: Arc<dyn CryptoProvider>,
+) -> Result<Box<dyn Vault>, VaultError> {
+    create_vault_with(
+        location,
+        password,
+        params,
+        record,
+        provider,
+        &VaultOptions::from_env(),
+    )
+}
+
+/// [`create_vault`] with explicit options.
+pub fn create_vault_with(
+    location: &str,
+    password: &SecretBytes,
+    params: KdfParams,
+    record: &VaultRecord,
+    provider: Arc<dyn CryptoProvider>,
+    options: &VaultOptions,
+) -> Result<Box<dyn Vault>, VaultError> {
+    Ok(match VaultLocation::parse(location)? {
+        VaultLocation::File(path) => {
+            Box::new(FileVault::create(path, password, params, record, provider)?)
+        }
+        VaultLocation::Tpm(spec) => Box::new(TpmVault::create(
+            &TpmLocation::parse(&spec)?,
+            password,
+            params,
+            record,
+            provider,
+            options.tpm.clone(),
+        )?),
+        VaultLocation::Pkcs11(uri) => Box::new(Pkcs11Vault::create(
+            &Pkcs11Uri::parse(&uri)?,
+            password,
+            params,
+            record,
+            provider,
+            options.pkcs11.clone(),
+        )?),
+    })
 }
 
 #[cfg(test)]
@@ -114,13 +310,24 @@ mod tests {
     fn open_vault_dispatch() {
         let provider: Arc<dyn CryptoProvider> = Arc::new(RingProvider::new());
         let pw = SecretBytes::new(b"pw".to_vec());
-        for loc in ["tpm:owner", "tpm2:0x1", "pkcs11:token=oubli"] {
+        // Malformed hardware locations are refused before touching anything.
+        for loc in ["tpm:owner", "tpm2:swtpm;index=0x1", "pkcs11:tokn=oubli"] {
             let err = open_vault(loc, &pw, provider.clone()).err().unwrap();
             assert!(
-                matches!(&err, VaultError::Unavailable(m) if m.contains("not supported yet")),
-                "{err}"
+                matches!(&err, VaultError::Io(e) if e.kind() == std::io::ErrorKind::InvalidInput),
+                "{loc}: {err}"
             );
         }
+        // Well-formed ones whose device is not there are unavailable (the
+        // engine would retry), not missing.
+        let err = open_vault(
+            "pkcs11:token=x?module-path=/nonexistent/module.so",
+            &pw,
+            provider.clone(),
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(&err, VaultError::Unavailable(_)), "{err}");
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vault");

@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::format::{HEADER_LEN, OFF_CHECKSUM, SLOT_LEN};
-use oubli_crypto::RingProvider;
+use crate::kdf::KdfParams;
+use oubli_crypto::{RingProvider, SecretKey};
 
 const M_COST_OFFSET: usize = 28;
 

@@ -637,7 +637,7 @@ fn define(
             std::io::ErrorKind::AlreadyExists,
             format!("TPM NV index {index:#010x} already exists"),
         )),
-        _ => map_tss(e, &format!("define NV index {index:#010x}")),
+        _ => owner_refused(e, &format!("define NV index {index:#010x}")),
     })?;
     close(ctx, handle);
     Ok(())
@@ -648,11 +648,28 @@ fn undefine(ctx: &mut Context, index: u32, owner: &[u8]) -> Result<(), VaultErro
     ctx.tr_set_auth(ObjectHandle::Owner, auth_value(owner)?)
         .map_err(|e| map_tss(e, "set owner authorization"))?;
     let result = with_session(ctx, |c| c.nv_undefine_space(Provision::Owner, handle))
-        .map_err(|e| map_tss(e, &format!("undefine NV index {index:#010x}")));
+        .map_err(|e| owner_refused(e, &format!("undefine NV index {index:#010x}")));
     if result.is_err() {
         close(ctx, handle);
     }
     result
+}
+
+/// The owner hierarchy refused its authorization: say what to set, rather
+/// than blaming the vault password.
+fn owner_refused(e: tss_esapi::Error, what: &str) -> VaultError {
+    match kind_of(&e) {
+        Some(Kind::AuthFail | Kind::BadAuth) if is_tpm_layer(&e) => {
+            VaultError::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "TPM: {what}: the owner hierarchy's authorization was refused \
+                     (set OUBLI_TPM_OWNER_AUTH, or TpmOptions::owner_auth)"
+                ),
+            ))
+        }
+        _ => map_tss(e, what),
+    }
 }
 
 fn is_already_exists(e: &VaultError) -> bool {
@@ -726,7 +743,7 @@ fn write_header(
             .map_err(|e| map_tss(e, "set owner authorization"))?;
         let buffer = MaxNvBuffer::try_from(bytes.to_vec()).map_err(|e| map_tss(e, "NV buffer"))?;
         with_session(ctx, |c| c.nv_write(NvAuth::Owner, handle, buffer, 0))
-            .map_err(|e| map_tss(e, &format!("write NV index {index:#010x}")))
+            .map_err(|e| owner_refused(e, &format!("write NV index {index:#010x}")))
     })();
     close(ctx, handle);
     result

@@ -264,3 +264,27 @@ fn repeated_wrong_passwords_hit_the_tpm_lockout() {
         Err(VaultError::Unavailable(_))
     ));
 }
+
+#[test]
+fn wrong_owner_authorization_is_reported_as_such() {
+    hw!();
+    let tpm = Swtpm::start();
+    let err = TpmVault::create(
+        &loc(&tpm),
+        &pw("hunter2"),
+        KdfParams::testing(),
+        &rec(1),
+        provider(),
+        TpmOptions {
+            owner_auth: Some(pw("not the owner password")),
+            ..options()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, VaultError::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied),
+        "{err}"
+    );
+    // Nothing was left defined: a create with the right (empty) owner auth works.
+    create(&tpm, &rec(1));
+}

@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub const INSTALL_HINT: &str = "install the test dependencies: run `scripts/test` as root \
-     (it installs every package in scripts/apt-packages), or \
-     `apt-get install -y $(cat scripts/apt-packages)`; set OUBLI_SKIP_HW=1 to skip \
+     (it installs the Debian packages listed in scripts/apt-packages, among them swtpm, \
+     swtpm-tools, softhsm2, libtss2-dev and pkg-config); set OUBLI_SKIP_HW=1 to skip \
      the hardware-vault tests explicitly";
 
 /// True if the hardware tests were explicitly switched off.

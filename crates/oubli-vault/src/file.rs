@@ -222,12 +222,12 @@ impl FileVault {
         // (sync_all rather than sync_data: the length never changes, but the
         // file is too small for the stronger flush to cost anything.)
         if let Crash::TornNewSlot(n) = crash {
-            write_at(&mut file, target * SLOT_STRIDE, &new_region[..n])?;
-            file.sync_all()?;
+            write_at(&mut file, target * SLOT_STRIDE, &new_region[..n]).map_err(io_error)?;
+            file.sync_all().map_err(io_error)?;
             return Err(simulated_crash());
         }
-        write_at(&mut file, target * SLOT_STRIDE, new_region)?;
-        file.sync_all()?;
+        write_at(&mut file, target * SLOT_STRIDE, new_region).map_err(io_error)?;
+        file.sync_all().map_err(io_error)?;
         on_durable();
         if crash == Crash::BeforeErase {
             return Err(simulated_crash());
@@ -236,8 +236,8 @@ impl FileVault {
         // Step 2: only now overwrite the old record. If this fails the old
         // slot may survive, so the replace is reported as failed even though
         // reads already return the new record.
-        write_at(&mut file, current_index * SLOT_STRIDE, &[0u8; SLOT_STRIDE])?;
-        file.sync_all()?;
+        write_at(&mut file, current_index * SLOT_STRIDE, &[0u8; SLOT_STRIDE]).map_err(io_error)?;
+        file.sync_all().map_err(io_error)?;
         Ok(())
     }
 
@@ -252,7 +252,7 @@ impl FileVault {
         if e.kind() == io::ErrorKind::NotFound {
             VaultError::Missing(self.path.display().to_string())
         } else {
-            VaultError::Io(e)
+            io_error(e)
         }
     }
 
@@ -297,7 +297,7 @@ fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {
         if e.kind() == io::ErrorKind::NotFound {
             VaultError::Missing(path.display().to_string())
         } else {
-            VaultError::Io(e)
+            io_error(e)
         }
     })?;
     // The length never changes after create, so any other length means the
@@ -314,6 +314,31 @@ fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {
 
 fn parse_slots(bytes: &[u8]) -> [Result<Slot, SlotFault>; SLOT_COUNT] {
     std::array::from_fn(|i| parse_slot(&bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE]))
+}
+
+/// Classifies an I/O error on the vault file: a device or file system that
+/// went away (a USB stick pulled, a network mount lost, a file system
+/// remounted read-only after errors) is `Unavailable` — the engine keeps the
+/// epoch open and retries — and anything else stays an I/O error.
+fn io_error(e: io::Error) -> VaultError {
+    use io::ErrorKind as K;
+    // EIO, ENXIO, ENODEV: the same numbers on Linux and the BSDs.
+    let device_gone = cfg!(unix) && matches!(e.raw_os_error(), Some(5 | 6 | 19));
+    if device_gone
+        || matches!(
+            e.kind(),
+            K::NotConnected
+                | K::TimedOut
+                | K::Interrupted
+                | K::StaleNetworkFileHandle
+                | K::ReadOnlyFilesystem
+                | K::ResourceBusy
+        )
+    {
+        VaultError::Unavailable(format!("vault file: {e}"))
+    } else {
+        VaultError::Io(e)
+    }
 }
 
 fn write_at(file: &mut File, offset: usize, bytes: &[u8]) -> io::Result<()> {

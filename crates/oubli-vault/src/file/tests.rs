@@ -442,3 +442,15 @@ fn concurrent_stores_through_one_handle() {
     let bytes = fx.bytes();
     assert!(is_zero(region(&bytes, 0)) != is_zero(region(&bytes, 1)));
 }
+
+#[test]
+fn vanished_devices_are_unavailable_other_errors_are_io() {
+    for (errno, transient) in [(5, true), (19, true), (6, true), (13, false), (28, false)] {
+        let mapped = io_error(io::Error::from_raw_os_error(errno));
+        assert_eq!(
+            matches!(mapped, VaultError::Unavailable(_)),
+            transient,
+            "errno {errno}: {mapped}"
+        );
+    }
+}

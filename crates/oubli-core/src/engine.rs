@@ -152,10 +152,29 @@ struct Shared {
 }
 
 /// A whole cell sealed before taking the engine lock.
-struct SealedCell {
-    cell: u64,
-    sealed: Vec<u8>,
-    key_ref: KeyRef,
+/// The whole cells of one write, sealed before the engine lock is taken and
+/// laid out back to back (ciphertext ‖ tag per cell) so they are appended to
+/// the medium in one piece.
+struct SealedRun {
+    first_cell: u64,
+    /// `key_refs.len()` units of `cell_size + TAG_LEN` bytes each.
+    bytes: Vec<u8>,
+    key_refs: Vec<KeyRef>,
+}
+
+/// Below this many units, a read or write does its crypto on the calling thread.
+const PARALLEL_MIN_UNITS: usize = 8;
+
+fn crypto_threads(units: usize) -> usize {
+    if units < PARALLEL_MIN_UNITS {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4)
+        .min(units / (PARALLEL_MIN_UNITS / 2))
+        .max(1)
 }
 
 /// A unit a read must open after the engine lock is released.
@@ -219,6 +238,20 @@ pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> Vec<u8> {
     aad
 }
 
+/// Names a cell unit in an error message.
+fn cell_what(p: &PendingRead, cell_size: u32) -> String {
+    describe_cell(p.oid, p.cell, &p.cref, cell_size)
+}
+
+fn describe_cell(oid: u64, cell: u64, c: &CellRef, cell_size: u32) -> String {
+    format!(
+        "data of object {oid} at byte {} (segment {} offset {})",
+        cell * cell_size as u64 + c.start as u64,
+        addr_segment(c.addr),
+        addr_offset(c.addr)
+    )
+}
+
 /// Reads, authenticates and decrypts one data cell.
 fn open_cell_unit(
     medium: &dyn Medium,
@@ -237,14 +270,7 @@ fn open_cell_unit(
         c.addr,
         c.sealed_len(),
         &cell_aad(oid, cell, c.start, c.len),
-        &|| {
-            format!(
-                "data of object {oid} at byte {} (segment {} offset {})",
-                cell * cell_size as u64 + c.start as u64,
-                addr_segment(c.addr),
-                addr_offset(c.addr)
-            )
-        },
+        &|| describe_cell(oid, cell, c, cell_size),
     )
 }
 
@@ -646,29 +672,98 @@ impl Store {
     }
 
     /// Seals every whole, aligned cell of a write under a fresh key, before
-    /// the engine lock is taken.
-    fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Vec<SealedCell> {
-        let cs = self.shared.cell_size as u64;
-        let first = offset.div_ceil(cs);
-        let Some(end) = offset.checked_add(data.len() as u64) else {
-            return Vec::new();
+    /// the engine lock is taken, on several threads for large writes.
+    fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Option<SealedRun> {
+        let cs = self.shared.cell_size as usize;
+        let first = offset.div_ceil(cs as u64);
+        let end = offset.checked_add(data.len() as u64)?;
+        let count = (end / cs as u64).checked_sub(first).filter(|&n| n > 0)? as usize;
+        let unit = cs + TAG_LEN;
+        let mut keys = Vec::with_capacity(count);
+        let mut key_refs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
+            keys.push(key);
+            key_refs.push(key_ref);
+        }
+        let mut bytes = vec![0u8; count * unit];
+        let skip = (first * cs as u64 - offset) as usize;
+        let seal = |units: &mut [u8], index: usize| {
+            for (k, sealed) in units.chunks_mut(unit).enumerate() {
+                let i = index + k;
+                let (body, tag) = sealed.split_at_mut(cs);
+                body.copy_from_slice(&data[skip + i * cs..skip + (i + 1) * cs]);
+                let cell = first + i as u64;
+                tag.copy_from_slice(&self.shared.provider.seal_detached(
+                    &keys[i],
+                    &cell_aad(oid, cell, 0, cs as u32),
+                    body,
+                ));
+            }
         };
-        (first..end / cs)
-            .map(|cell| {
-                let at = (cell * cs - offset) as usize;
-                let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
-                let mut sealed = Vec::with_capacity(cs as usize + TAG_LEN);
-                sealed.extend_from_slice(&data[at..at + cs as usize]);
-                self.shared
-                    .provider
-                    .seal(&key, &cell_aad(oid, cell, 0, cs as u32), &mut sealed);
-                SealedCell {
-                    cell,
-                    sealed,
-                    key_ref,
+        let threads = crypto_threads(count);
+        if threads == 1 {
+            seal(&mut bytes, 0);
+        } else {
+            let per = count.div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (t, part) in bytes.chunks_mut(per * unit).enumerate() {
+                    let seal = &seal;
+                    scope.spawn(move || seal(part, t * per));
                 }
-            })
-            .collect()
+            });
+        }
+        Some(SealedRun {
+            first_cell: first,
+            bytes,
+            key_refs,
+        })
+    }
+
+    /// Opens `units` (ascending cells of one read) into `out`, whose first
+    /// byte is byte `base` of the whole read. Units contiguous on the medium
+    /// are read with one call and opened in place.
+    fn open_units(&self, out: &mut [u8], base: i64, units: &[PendingRead]) -> Result<()> {
+        const MAX_RUN: u64 = 8 << 20;
+        let sh = &self.shared;
+        let mut i = 0;
+        while i < units.len() {
+            let start = units[i].cref.addr;
+            let mut end = start + units[i].cref.sealed_len();
+            let mut j = i + 1;
+            while j < units.len()
+                && units[j].cref.addr == end
+                && addr_segment(end) == addr_segment(start)
+                && end - start < MAX_RUN
+            {
+                end += units[j].cref.sealed_len();
+                j += 1;
+            }
+            let mut buf = Zeroizing::new(vec![0u8; (end - start) as usize]);
+            sh.medium
+                .read(addr_segment(start), addr_offset(start) as u64, &mut buf)
+                .map_err(|e| read_error(&cell_what(&units[i], sh.cell_size), e))?;
+            let mut at = 0;
+            for p in &units[i..j] {
+                let sealed = &mut buf[at..at + p.cref.sealed_len() as usize];
+                at += sealed.len();
+                let key = sh.scheme.resolve(&p.cref.key);
+                let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
+                let len = sh
+                    .provider
+                    .open_in_place(&key, &aad, sealed)
+                    .map_err(|_| Error::Corrupt(cell_what(p, sh.cell_size)))?;
+                let lo = (p.out_at - base).max(0);
+                let hi = (p.out_at - base + len as i64).min(out.len() as i64);
+                if lo < hi {
+                    let src = (lo - (p.out_at - base)) as usize;
+                    out[lo as usize..hi as usize]
+                        .copy_from_slice(&sealed[src..src + (hi - lo) as usize]);
+                }
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
@@ -685,23 +780,33 @@ impl Store {
                 .unwrap_or_else(|p| p.into_inner());
             (out, pending, guard)
         };
-        for p in pending {
-            let plain = open_cell_unit(
-                &*self.shared.medium,
-                &*self.shared.provider,
-                &*self.shared.scheme,
-                self.shared.cell_size,
-                p.oid,
-                p.cell,
-                &p.cref,
-            )?;
-            let lo = p.out_at.max(0);
-            let hi = (p.out_at + plain.len() as i64).min(out.len() as i64);
-            if lo < hi {
-                let src = (lo - p.out_at) as usize;
-                out[lo as usize..hi as usize]
-                    .copy_from_slice(&plain[src..src + (hi - lo) as usize]);
-            }
+        let threads = crypto_threads(pending.len());
+        if threads == 1 {
+            self.open_units(&mut out, 0, &pending)?;
+        } else {
+            // Each thread opens a run of cells into its own part of the output.
+            let per = pending.len().div_ceil(threads);
+            let parts: Vec<&[PendingRead]> = pending.chunks(per).collect();
+            std::thread::scope(|scope| -> Result<()> {
+                let mut rest: &mut [u8] = &mut out;
+                let mut base = 0i64;
+                let mut handles = Vec::new();
+                for (k, part) in parts.iter().enumerate() {
+                    let end = match parts.get(k + 1) {
+                        Some(next) => next[0].out_at.clamp(base, base + rest.len() as i64),
+                        None => base + rest.len() as i64,
+                    };
+                    let (mine, tail) =
+                        std::mem::take(&mut rest).split_at_mut((end - base) as usize);
+                    let b = base;
+                    handles.push(scope.spawn(move || self.open_units(mine, b, part)));
+                    rest = tail;
+                    base = end;
+                }
+                handles
+                    .into_iter()
+                    .try_for_each(|h| h.join().expect("crypto thread panicked"))
+            })?;
         }
         Ok(out)
     }
@@ -1292,6 +1397,53 @@ impl Engine {
         self.put_sealed(oid, cell, start, len, &sealed, key_ref)
     }
 
+    /// Appends a run of sealed whole cells (in as few pieces as segment
+    /// boundaries allow) and points the tree at them.
+    fn put_run(&mut self, oid: u64, run: SealedRun) -> Result<()> {
+        let unit = self.cell_size as usize + TAG_LEN;
+        let mut cell = run.first_cell;
+        let mut key_refs = run.key_refs.into_iter();
+        for piece in self.split_for_segments(&run.bytes, unit) {
+            let base = self.append_unit(piece)?;
+            for k in 0..piece.len() / unit {
+                let key = key_refs.next().expect("one key per unit");
+                self.take_dirty(oid, cell);
+                let cref = CellRef {
+                    start: 0,
+                    len: self.cell_size,
+                    addr: base + (k * unit) as u64,
+                    key,
+                };
+                self.apply(Op::PutCell { oid, cell, cref }, true)?;
+                cell += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts `bytes` (units of `unit` bytes) into pieces that each fit the
+    /// current data segment or a fresh one.
+    fn split_for_segments<'b>(&self, bytes: &'b [u8], unit: usize) -> Vec<&'b [u8]> {
+        let mut pieces = Vec::new();
+        let mut room = match self.data_segment {
+            Some((_, off)) => self.segment_target.saturating_sub(off),
+            None => 0,
+        };
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let mut fit = (room as usize / unit) * unit;
+            if fit == 0 {
+                room = self.segment_target;
+                fit = ((room as usize / unit) * unit).max(unit);
+            }
+            let (piece, tail) = rest.split_at(fit.min(rest.len()));
+            pieces.push(piece);
+            room = room.saturating_sub(piece.len() as u64);
+            rest = tail;
+        }
+        pieces
+    }
+
     /// Appends a sealed cell unit and points the tree at it.
     fn put_sealed(
         &mut self,
@@ -1320,7 +1472,13 @@ impl Engine {
         Ok(())
     }
 
-    fn write(&mut self, oid: u64, offset: u64, data: &[u8], sealed: Vec<SealedCell>) -> Result<()> {
+    fn write(
+        &mut self,
+        oid: u64,
+        offset: u64,
+        data: &[u8],
+        sealed: Option<SealedRun>,
+    ) -> Result<()> {
         self.writable()?;
         let mut record = self.record(oid)?;
         if data.is_empty() {
@@ -1331,7 +1489,7 @@ impl Engine {
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
         let cs = self.cell_size as u64;
-        let mut sealed = sealed.into_iter();
+        let mut sealed = sealed;
         let mut pos = offset;
         while pos < end {
             let cell = pos / cs;
@@ -1339,12 +1497,11 @@ impl Engine {
             let n = (cs - from as u64).min(end - pos) as u32;
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
             if from == 0 && n as u64 == cs {
-                // A whole cell, sealed before the lock was taken.
-                let s = sealed.next().filter(|s| s.cell == cell);
-                let s = s.expect("seal_whole_cells covers every whole cell");
-                self.take_dirty(oid, cell);
-                self.put_sealed(oid, cell, 0, cs as u32, &s.sealed, s.key_ref)?;
-                pos += n as u64;
+                // The run of whole cells, sealed before the lock was taken.
+                let run = sealed.take().filter(|r| r.first_cell == cell);
+                let run = run.expect("seal_whole_cells covers every whole cell");
+                pos += run.key_refs.len() as u64 * cs;
+                self.put_run(oid, run)?;
                 continue;
             }
             let (start, bytes) = {

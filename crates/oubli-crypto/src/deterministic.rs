@@ -1,6 +1,6 @@
 //! INSECURE deterministic provider for fuzzing, test vectors and reproducible crash sweeps.
 
-use crate::provider::{gcm_open, gcm_seal, hkdf_derive, AuthError, CryptoProvider};
+use crate::provider::{gcm_open, gcm_seal, hkdf_derive, AuthError, CryptoProvider, TAG_LEN};
 use crate::secret::{SecretKey, KEY_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,10 +37,15 @@ impl CryptoProvider for DeterministicProvider {
             chunk.copy_from_slice(&block.expose()[..chunk.len()]);
         }
     }
-    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
         gcm_seal(key, aad, buf)
     }
-    fn open(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), AuthError> {
+    fn open_in_place(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
     }
     fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {

@@ -31,11 +31,29 @@ pub trait CryptoProvider: Send + Sync + 'static {
     fn is_secure(&self) -> bool;
     /// Fills `out` with random bytes.
     fn fill_random(&self, out: &mut [u8]);
+    /// Encrypts `buf` in place under a one-message `key` and returns the tag.
+    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN];
+    /// Authenticates and decrypts `buf` (ciphertext followed by its tag) in
+    /// place; returns the plaintext length (the plaintext is `buf[..len]`).
+    fn open_in_place(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize, AuthError>;
+
     /// Encrypts `buf` in place under a one-message `key` and appends the tag.
-    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>);
+    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+        let tag = self.seal_detached(key, aad, buf);
+        buf.extend_from_slice(&tag);
+    }
     /// Authenticates and decrypts `buf` (ciphertext followed by tag) in place;
     /// on success `buf` is truncated to the plaintext.
-    fn open(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), AuthError>;
+    fn open(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), AuthError> {
+        let len = self.open_in_place(key, aad, buf)?;
+        buf.truncate(len);
+        Ok(())
+    }
     /// Derives a sub-key from `key`, domain-separated by `label` and bound to `context`.
     fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey;
 
@@ -72,24 +90,23 @@ fn aead_key(key: &SecretKey) -> LessSafeKey {
 }
 
 /// Shared by every provider using AES-256-GCM with the one-key-one-message nonce.
-pub(crate) fn gcm_seal(key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+pub(crate) fn gcm_seal(key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
     let nonce = Nonce::assume_unique_for_key([0u8; 12]);
-    aead_key(key)
-        .seal_in_place_append_tag(nonce, Aad::from(aad), buf)
+    let tag = aead_key(key)
+        .seal_in_place_separate_tag(nonce, Aad::from(aad), buf)
         .expect("AES-GCM seal cannot fail for messages under 64 GiB");
+    tag.as_ref().try_into().expect("16-byte tag")
 }
 
-pub(crate) fn gcm_open(key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), AuthError> {
+pub(crate) fn gcm_open(key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> Result<usize, AuthError> {
     if buf.len() < TAG_LEN {
         return Err(AuthError);
     }
     let nonce = Nonce::assume_unique_for_key([0u8; 12]);
-    let plain_len = aead_key(key)
+    aead_key(key)
         .open_in_place(nonce, Aad::from(aad), buf)
-        .map_err(|_| AuthError)?
-        .len();
-    buf.truncate(plain_len);
-    Ok(())
+        .map(|plain| plain.len())
+        .map_err(|_| AuthError)
 }
 
 struct OneKey;
@@ -120,10 +137,15 @@ impl CryptoProvider for RingProvider {
             .fill(out)
             .expect("the operating system's RNG failed");
     }
-    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
         gcm_seal(key, aad, buf)
     }
-    fn open(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), AuthError> {
+    fn open_in_place(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
     }
     fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {

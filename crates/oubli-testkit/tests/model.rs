@@ -21,7 +21,7 @@ const MAX: u64 = 40_000;
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         2 => Just(Action::Do(Step::Create)),
-        6 => (any::<u32>(), 0..MAX, 1..12_000u32).prop_map(|(pick, off, len)| Action::Do(Step::Write { pick, off, len })),
+        6 => (any::<u32>(), 0..MAX, 1..64_000u32).prop_map(|(pick, off, len)| Action::Do(Step::Write { pick, off, len })),
         2 => (any::<u32>(), 0..MAX).prop_map(|(pick, size)| Action::Do(Step::Truncate { pick, size })),
         2 => (any::<u32>(), 0..MAX, 0..20_000u64).prop_map(|(pick, off, len)| Action::Do(Step::Punch { pick, off, len })),
         1 => any::<u32>().prop_map(|pick| Action::Do(Step::Delete { pick })),

@@ -179,16 +179,13 @@ pub struct Stats {
     pub flushes: AtomicU64,
 }
 
-struct Conn {
-    stream: Stream,
-}
-
 struct Shared {
     store: Arc<Store>,
     config: ServerConfig,
     handshake: HandshakeConfig,
     stopping: AtomicBool,
-    conns: Mutex<HashMap<u64, Conn>>,
+    /// The open connections (a handle on each socket, to close it at shutdown).
+    conns: Mutex<HashMap<u64, Stream>>,
     /// Every connection thread not yet joined (finished ones are pruned as new ones start).
     threads: Mutex<Vec<JoinHandle<()>>>,
     ended: Condvar,
@@ -200,7 +197,7 @@ impl Shared {
     fn log(&self, line: &str) {
         (self.config.log)(line)
     }
-    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -342,7 +339,7 @@ fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         let Ok(handle) = stream.try_clone() else {
             continue;
         };
-        conns.insert(id, Conn { stream: handle });
+        conns.insert(id, handle);
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
@@ -419,7 +416,7 @@ impl ServerHandle {
         }
         // Half-close: a connection sees end-of-input after its current request.
         for c in shared.conns().values() {
-            c.stream.shutdown(Shutdown::Read);
+            c.shutdown(Shutdown::Read);
         }
         let deadline = Instant::now() + shared.config.shutdown_grace;
         let mut conns = shared.conns();
@@ -428,7 +425,7 @@ impl ServerHandle {
             if now >= deadline {
                 // Clients that do not read their replies: cut them off.
                 for c in conns.values() {
-                    c.stream.shutdown(Shutdown::Both);
+                    c.shutdown(Shutdown::Both);
                 }
                 break;
             }

@@ -67,6 +67,22 @@ pub struct Options {
     pub read_only: bool,
     /// Bytes of decrypted tree nodes kept in memory.
     pub node_cache_bytes: usize,
+    /// What to do when the vault cannot take a commit.
+    pub vault_failure: VaultFailurePolicy,
+}
+
+/// What the store does when the vault is unreachable at commit time
+/// (token unplugged, TPM error). Nothing is lost either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VaultFailurePolicy {
+    /// Keep the epoch open and retry at the next trigger: writes go on and
+    /// are durable; deletions stay recoverable until a commit succeeds
+    /// (`status` says so).
+    #[default]
+    KeepEpochOpen,
+    /// Refuse new changes (`Error::WritesRefused`) until a commit succeeds:
+    /// nothing more is deleted — or written — while erasure cannot happen.
+    RefuseWrites,
 }
 
 impl Default for Options {
@@ -77,6 +93,7 @@ impl Default for Options {
             policy: EpochPolicy::default(),
             read_only: false,
             node_cache_bytes: 64 << 20,
+            vault_failure: VaultFailurePolicy::default(),
         }
     }
 }
@@ -380,7 +397,14 @@ struct Engine {
     last_commit_error: Option<String>,
     /// Segments to delete once the next commit has made them unreachable.
     doomed_segments: Vec<SegmentId>,
+    vault_failure: VaultFailurePolicy,
+    /// Under [`VaultFailurePolicy::RefuseWrites`]: why and since when the
+    /// vault could not take a commit.
+    vault_down: Option<(String, std::time::Instant)>,
 }
+
+/// How often a refused write retries the commit the vault failed.
+const VAULT_RETRY: Duration = Duration::from_secs(5);
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -587,6 +611,8 @@ impl Store {
             vault_unknown: None,
             last_commit_error: None,
             doomed_segments: Vec::new(),
+            vault_failure: options.vault_failure,
+            vault_down: None,
         };
         let replayed = engine.replay_log()?;
         if replayed > 0 && !engine.read_only {
@@ -622,7 +648,7 @@ impl Store {
     /// Creates an empty object with front-end metadata; returns its id.
     pub fn create_object(&self, meta: &[u8]) -> Result<u64> {
         let mut e = self.lock();
-        e.writable()?;
+        e.mutable()?;
         let oid = e.next_oid;
         e.apply(
             Op::SetObject {
@@ -654,7 +680,7 @@ impl Store {
     /// Replaces the object's front-end metadata.
     pub fn set_meta(&self, oid: u64, meta: &[u8]) -> Result<()> {
         let mut e = self.lock();
-        e.writable()?;
+        e.mutable()?;
         let mut record = e.record(oid)?;
         record.meta = meta.to_vec();
         e.size_dirty.remove(&oid);
@@ -838,7 +864,7 @@ impl Store {
     /// Adds `name` in directory object `dir` pointing at `target`.
     pub fn link(&self, dir: u64, name: &[u8], target: u64) -> Result<()> {
         let mut e = self.lock();
-        e.writable()?;
+        e.mutable()?;
         e.record(dir)?;
         let hash = name_hash(name);
         let mut bucket = e.bucket(dir, hash)?;
@@ -852,7 +878,7 @@ impl Store {
     /// Removes `name` from `dir`; returns the object it named (which is not deleted).
     pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<u64> {
         let mut e = self.lock();
-        e.writable()?;
+        e.mutable()?;
         let hash = name_hash(name);
         let mut bucket = e.bucket(dir, hash)?;
         let i = bucket
@@ -879,7 +905,7 @@ impl Store {
         replace: bool,
     ) -> Result<Option<u64>> {
         let mut e = self.lock();
-        e.writable()?;
+        e.mutable()?;
         e.record(dst_dir)?;
         let src_hash = name_hash(src_name);
         let mut src_bucket = e.bucket(src_dir, src_hash)?;
@@ -963,6 +989,52 @@ impl Store {
                 true
             },
         )?;
+        Ok(out)
+    }
+
+    /// Replaces the epoch policy of an open store.
+    pub fn set_policy(&self, policy: EpochPolicy) {
+        self.lock().policy = policy;
+    }
+
+    /// The allocated ranges of `[offset, offset+len)` as `(start, length)`,
+    /// ascending and merged; everything else reads as zeros (a hole).
+    pub fn extents(&self, oid: u64, offset: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        let e = self.lock();
+        let size = e.record(oid)?.size;
+        let end = offset.saturating_add(len).min(size);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        if offset >= end {
+            return Ok(out);
+        }
+        let cs = e.cell_size as u64;
+        let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
+        e.tree.scan(
+            &cell_key(oid, offset / cs),
+            &cell_key(oid, end.div_ceil(cs)),
+            &e.ctx,
+            &mut |k, v| {
+                if let Value::Cell(c) = v {
+                    ranges.insert(k.off * cs + c.start as u64, c.len as u64);
+                }
+                true
+            },
+        )?;
+        for (&(_, cell), d) in e.dirty.range((oid, offset / cs)..(oid, end.div_ceil(cs))) {
+            // A buffered cell replaces whatever the tree holds for it.
+            ranges.retain(|&s, _| s / cs != cell);
+            ranges.insert(cell * cs + d.start as u64, d.data.len() as u64);
+        }
+        for (s, l) in ranges {
+            let (s, t) = (s.max(offset), (s + l).min(end));
+            if s >= t {
+                continue;
+            }
+            match out.last_mut() {
+                Some((ps, pl)) if *ps + *pl == s => *pl += t - s,
+                _ => out.push((s, t - s)),
+            }
+        }
         Ok(out)
     }
 
@@ -1189,6 +1261,23 @@ impl Engine {
         Ok(())
     }
 
+    /// [`writable`](Self::writable), and under the refuse-writes policy, no
+    /// new change while the vault could not take the last commit: retries
+    /// the commit (at most every few seconds) and accepts again once it lands.
+    fn mutable(&mut self) -> Result<()> {
+        self.writable()?;
+        let Some((why, since)) = &self.vault_down else {
+            return Ok(());
+        };
+        if since.elapsed() < VAULT_RETRY {
+            return Err(Error::WritesRefused(why.clone()));
+        }
+        match self.commit() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Error::WritesRefused(e.to_string())),
+        }
+    }
+
     fn poison<T>(&mut self, context: &str, e: std::io::Error) -> Result<T> {
         self.poisoned = Some(format!("{context}: {e}"));
         Err(Error::io(context, e))
@@ -1263,9 +1352,10 @@ impl Engine {
                     self.stats.deletions += 1;
                 }
             }
-            Op::DropCellsFrom { oid, from } => {
-                let doomed =
-                    self.keys_in(cell_key(*oid, *from), Key::new(*oid, KIND_CELL + 1, 0))?;
+            Op::DropCells { oid, from, to } => {
+                // Only the cells that exist are visited: a discard of a huge,
+                // mostly empty range costs what it removes.
+                let doomed = self.keys_in(cell_key(*oid, *from), cell_key(*oid, *to))?;
                 if !doomed.is_empty() {
                     self.stats.deletions += 1;
                 }
@@ -1479,7 +1569,7 @@ impl Engine {
         data: &[u8],
         sealed: Option<SealedRun>,
     ) -> Result<()> {
-        self.writable()?;
+        self.mutable()?;
         let mut record = self.record(oid)?;
         if data.is_empty() {
             // POSIX: a zero-length write does not extend the object.
@@ -1607,7 +1697,7 @@ impl Engine {
     }
 
     fn truncate(&mut self, oid: u64, size: u64) -> Result<()> {
-        self.writable()?;
+        self.mutable()?;
         let mut record = self.record(oid)?;
         if size < record.size {
             let cs = self.cell_size as u64;
@@ -1623,9 +1713,10 @@ impl Engine {
                 self.take_dirty(o, c);
             }
             self.apply(
-                Op::DropCellsFrom {
+                Op::DropCells {
                     oid,
                     from: first_dropped,
+                    to: u64::MAX,
                 },
                 true,
             )?;
@@ -1639,31 +1730,48 @@ impl Engine {
     }
 
     fn punch(&mut self, oid: u64, offset: u64, len: u64) -> Result<()> {
-        self.writable()?;
+        self.mutable()?;
         let record = self.record(oid)?;
         let end = offset.saturating_add(len).min(record.size);
         if offset >= end {
             return Ok(());
         }
         let cs = self.cell_size as u64;
-        let mut pos = offset;
-        while pos < end {
-            let cell = pos / cs;
-            let from = (pos % cs) as u32;
-            let to = ((end - cell * cs).min(cs)) as u32;
-            if from == 0 && to as u64 == cs {
-                self.take_dirty(oid, cell);
-                self.apply(Op::DropCell { oid, cell }, true)?;
-            } else {
-                self.rewrite_cell(oid, cell, from, to)?;
+        let (first_whole, end_whole) = (offset.div_ceil(cs), end / cs);
+        if first_whole > end_whole {
+            // Inside one cell.
+            let cell = offset / cs;
+            return self.rewrite_cell(oid, cell, (offset % cs) as u32, (end - cell * cs) as u32);
+        }
+        if offset % cs != 0 {
+            self.rewrite_cell(oid, offset / cs, (offset % cs) as u32, cs as u32)?;
+        }
+        if first_whole < end_whole {
+            let doomed: Vec<(u64, u64)> = self
+                .dirty
+                .range((oid, first_whole)..(oid, end_whole))
+                .map(|(k, _)| *k)
+                .collect();
+            for (o, c) in doomed {
+                self.take_dirty(o, c);
             }
-            pos = cell * cs + to as u64;
+            self.apply(
+                Op::DropCells {
+                    oid,
+                    from: first_whole,
+                    to: end_whole,
+                },
+                true,
+            )?;
+        }
+        if end % cs != 0 {
+            self.rewrite_cell(oid, end_whole, 0, (end % cs) as u32)?;
         }
         Ok(())
     }
 
     fn delete(&mut self, oid: u64) -> Result<()> {
-        self.writable()?;
+        self.mutable()?;
         self.record(oid)?;
         if oid == ROOT_DIR {
             return Err(Error::Invalid(
@@ -1855,6 +1963,20 @@ impl Engine {
     }
 
     fn commit(&mut self) -> Result<()> {
+        let result = self.commit_inner();
+        match &result {
+            Ok(()) => self.vault_down = None,
+            Err(e @ (Error::Vault(_) | Error::VaultStateUnknown(_)))
+                if self.vault_failure == VaultFailurePolicy::RefuseWrites =>
+            {
+                self.vault_down = Some((e.to_string(), std::time::Instant::now()));
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn commit_inner(&mut self) -> Result<()> {
         self.writable()?;
         self.resolve_vault_unknown()?;
         // 1. Everything buffered becomes units in the tree.

@@ -43,6 +43,8 @@ pub enum Error {
     Invalid(String),
     #[error("the store is open read-only")]
     ReadOnly,
+    #[error("writes refused until the vault takes a commit (policy refuse-writes): {0}")]
+    WritesRefused(String),
     #[error("the last commit could not reach the vault and its outcome is unknown; writes cannot be made durable until the vault answers: {0}")]
     VaultStateUnknown(String),
 }

@@ -26,7 +26,7 @@ mod vectors;
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
     name_hash, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead, Status, Store,
-    DEFAULT_CELL_SIZE, ROOT_DIR,
+    VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
 };
 pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};

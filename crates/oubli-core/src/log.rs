@@ -24,10 +24,11 @@ pub enum Op {
         oid: u64,
         cell: u64,
     },
-    /// Drop every cell with index >= `from`.
-    DropCellsFrom {
+    /// Drop every cell with `from <= index < to` (only the cells that exist).
+    DropCells {
         oid: u64,
         from: u64,
+        to: u64,
     },
     SetObject {
         oid: u64,
@@ -85,10 +86,11 @@ pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.varint(*oid);
                 w.varint(*cell);
             }
-            Op::DropCellsFrom { oid, from } => {
+            Op::DropCells { oid, from, to } => {
                 w.u8(3);
                 w.varint(*oid);
                 w.varint(*from);
+                w.varint(*to);
             }
             Op::SetObject { oid, record } => {
                 w.u8(4);
@@ -138,9 +140,10 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
                 oid: r.varint()?,
                 cell: r.varint()?,
             },
-            3 => Op::DropCellsFrom {
+            3 => Op::DropCells {
                 oid: r.varint()?,
                 from: r.varint()?,
+                to: r.varint()?,
             },
             4 => Op::SetObject {
                 oid: r.varint()?,

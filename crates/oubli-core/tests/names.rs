@@ -78,3 +78,22 @@ fn many_names_in_one_directory() {
         Err(Error::Exists(_))
     ));
 }
+
+#[test]
+fn extents_and_sparse_punches() {
+    let s = store();
+    let oid = s.create_object(b"").unwrap();
+    let cs = oubli_core::DEFAULT_CELL_SIZE as u64;
+    s.write(oid, 0, &vec![1u8; 3 * cs as usize]).unwrap();
+    s.write(oid, 10 * cs + 100, b"tail").unwrap();
+    assert_eq!(
+        s.extents(oid, 0, u64::MAX).unwrap(),
+        vec![(0, 3 * cs), (10 * cs + 100, 4)]
+    );
+    // A discard of a huge range costs what it removes.
+    s.truncate(oid, 1 << 40).unwrap();
+    s.punch_hole(oid, cs / 2, 1 << 39).unwrap();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), vec![(0, cs / 2)]);
+    assert_eq!(s.read(oid, cs / 2 - 1, 2).unwrap(), vec![1, 0]);
+    assert_eq!(s.status().unwrap().pending_deletions > 0, true);
+}

@@ -171,3 +171,28 @@ fn garbage_from_the_vault_is_an_error_never_data() {
     // The vault itself is intact: the next load opens the store.
     assert_eq!(s.runner.acked.diff(&s.crash_and_reopen()), None);
 }
+
+#[test]
+fn refuse_writes_policy_stops_changes_until_a_commit_lands() {
+    let mut s = setup();
+    // Reopen (a copy of the medium) under the refuse-writes policy.
+    s.options.vault_failure = oubli_core::VaultFailurePolicy::RefuseWrites;
+    let store = Store::open(
+        Arc::new(s.medium.inner().clone_state()) as Arc<dyn Medium>,
+        s.vault.clone(),
+        s.options.clone(),
+    )
+    .unwrap();
+    s.vault.unavailable(true);
+    assert!(store.commit().is_err());
+    // New changes are refused, reads still work.
+    assert!(matches!(store.create_object(b""), Err(Error::WritesRefused(_))));
+    assert!(matches!(store.delete(3), Err(Error::WritesRefused(_))));
+    assert!(store.read(3, 0, 10).is_ok());
+    s.vault.unavailable(false);
+    // An explicit commit lands and writes resume.
+    store.commit().unwrap();
+    let oid = store.create_object(b"").unwrap();
+    store.write(oid, 0, b"after").unwrap();
+    assert_eq!(store.read(oid, 0, 5).unwrap(), b"after");
+}

@@ -46,7 +46,8 @@ pub fn exit_code(error: &Error) -> i32 {
         )
         | Error::WrongVault
         | Error::VaultBehind { .. }
-        | Error::VaultStateUnknown(_) => VAULT,
+        | Error::VaultStateUnknown(_)
+        | Error::WritesRefused(_) => VAULT,
         Error::NotInitialized(_) => NO_STORE,
         Error::AlreadyInitialized(_) | Error::Exists(_) => EXISTS,
         Error::Rollback { .. } | Error::Corrupt(_) => INTEGRITY,

@@ -102,6 +102,10 @@ impl Places<'_> {
                 format!("the vault did not confirm the last commit: {why}"),
                 "make the vault reachable and run `oubli commit` again; flushed data is safe".into(),
             ),
+            Error::WritesRefused(why) => (
+                format!("writes are refused until the vault takes a commit: {why}"),
+                "make the vault reachable (plug the token in, check the TPM); writes resume once a commit succeeds".into(),
+            ),
             Error::NotInitialized(_) => (
                 format!("no store at {store}"),
                 "run `oubli init` first, or point --store / OUBLI_STORE at an existing store".into(),

@@ -153,6 +153,16 @@ def build(by, ossl):
     return rows, aead
 
 
+def quartiles(xs):
+    """(25th, 75th) percentiles; both equal the value for a single run."""
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return (xs[0], xs[0]) if xs else (0.0, 0.0)
+    import statistics
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def human(n):
     if n >= 1 << 30 and n % (1 << 30) == 0:
         return f"{n >> 30} GiB"
@@ -277,9 +287,11 @@ def draw(by, aead, png):
     if cu:
         ks = [r["k"] for r in cu]
         med = [r["commit_ms"] for r in cu]
-        lo = [r["commit_ms"] - r["commit_ms_min"] for r in cu]
-        hi = [r["commit_ms_max"] - r["commit_ms"] for r in cu]
-        ax.errorbar(ks, med, yerr=[lo, hi], marker="o", color=OUB, capsize=3, label="commit (median, min-max)")
+        q = [quartiles(r["commit_ms_all"]) for r in cu]
+        lo = [max(m - a, 0) for m, (a, _) in zip(med, q)]
+        hi = [max(b - m, 0) for m, (_, b) in zip(med, q)]
+        ax.errorbar(ks, med, yerr=[lo, hi], marker="o", color=OUB, capsize=3,
+                    label="commit (median, interquartile range)")
         ax.plot(ks, [r["flush_ms"] for r in cu], marker="s", color=PL, label="flush before it (median)")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -292,12 +304,18 @@ def draw(by, aead, png):
     cs = [r for r in (one(by, "commit_size", label="small"), one(by, "commit_size", label="big")) if r]
     if cs:
         xs = range(len(cs))
-        ax.bar(xs, [r["commit_ms"] for r in cs], color=OUB,
-               yerr=[[r["commit_ms"] - r["commit_ms_min"] for r in cs],
-                     [r["commit_ms_max"] - r["commit_ms"] for r in cs]], capsize=4)
+        ax.bar(xs, [r["commit_ms"] for r in cs], color=OUB, width=0.6)
+        top = 3 * max(r["commit_ms"] for r in cs)
+        clipped = 0
+        for i, r in enumerate(cs):
+            runs = r["commit_ms_all"]
+            clipped += sum(1 for v in runs if v > top)
+            xj = [i - 0.2 + 0.4 * j / max(len(runs) - 1, 1) for j in range(len(runs))]
+            ax.scatter(xj, [min(v, top) for v in runs], color="black", s=10, zorder=3)
+        ax.set_ylim(0, top * 1.05)
         ax.set_xticks(list(xs))
         ax.set_xticklabels([f"{human(r['store_bytes'])} store\n({r['tree_nodes']} nodes)" for r in cs], fontsize=8)
-        ax.set_ylabel("ms (median, min-max)")
+        ax.set_ylabel("ms (bar: median; dots: every run" + (f", {clipped} clipped" if clipped else "") + ")")
         ax.set_title("Commit time vs store size (1 changed cell)", fontsize=10)
         for i, r in enumerate(cs):
             ax.annotate(f"{r['commit_ms']:.2f} ms", (i, r["commit_ms"] / 2), ha="center", va="center",

@@ -195,7 +195,8 @@ fn space_needed(c: &Config, units_store: u64, cell: u64) -> u64 {
         peak = peak.max(units_store + changed + changed / 10);
     }
     if on("commit-size") {
-        peak = peak.max(c.big + c.big / 50);
+        // Both stores stay open while their commits alternate.
+        peak = peak.max((c.big + c.small) + (c.big + c.small) / 50);
     }
     peak + (256 << 20)
 }
@@ -350,20 +351,22 @@ fn run(c: &Config) -> BoxResult<()> {
         )?;
     }
     if on("commit-size") {
+        let (small, big) = (work.join("store-small"), work.join("store-big"));
         store::commit_vs_size(
-            &work.join("store-small"),
-            "small",
-            c.small,
+            &[
+                store::SizedStore {
+                    dir: &small,
+                    label: "small",
+                    bytes: c.small,
+                },
+                store::SizedStore {
+                    dir: &big,
+                    label: "big",
+                    bytes: c.big,
+                },
+            ],
             c.size_runs,
             c.seed + 2,
-            c.keep,
-        )?;
-        store::commit_vs_size(
-            &work.join("store-big"),
-            "big",
-            c.big,
-            c.size_runs,
-            c.seed + 3,
             c.keep,
         )?;
     }

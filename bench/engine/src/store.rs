@@ -487,72 +487,99 @@ pub fn commit_vs_units(
     Ok(())
 }
 
-/// Commit time with one changed cell in a store of `bytes`.
-pub fn commit_vs_size(
-    dir: &Path,
-    label: &str,
-    bytes: u64,
-    runs: usize,
-    seed: u64,
-    keep: bool,
-) -> BoxResult<()> {
-    let h = Handle::create(dir)?;
-    let oid = h.store.create_object(b"")?;
-    let mut payload = Payload::new(MIB as usize, 4);
-    let io0 = h.io();
-    let f0 = Instant::now();
-    fill(&h, oid, bytes, &mut payload)?;
-    h.store.flush()?;
-    let fill_flush_s = f0.elapsed().as_secs_f64();
-    let c0 = Instant::now();
-    h.store.commit()?;
-    let first_commit_s = c0.elapsed().as_secs_f64();
-    let fill_io = h.io().since(&io0);
-    let cs = h.cell_size()?;
-    let ncells = bytes / cs;
+/// One store of the commit-vs-size comparison.
+pub struct SizedStore<'a> {
+    pub dir: &'a Path,
+    pub label: &'a str,
+    pub bytes: u64,
+}
+
+/// Commit time with one changed cell, in stores of different sizes. The
+/// stores are filled first and kept open; their timed commits then
+/// alternate (small, big, small, big, ...) so that background load on the
+/// machine or the disk falls on both alike.
+pub fn commit_vs_size(stores: &[SizedStore], runs: usize, seed: u64, keep: bool) -> BoxResult<()> {
+    struct Open {
+        h: Handle,
+        oid: u64,
+        ncells: u64,
+        cs: u64,
+        fill_mb_s: f64,
+        fill_io: IoSnapshot,
+        first_commit_s: f64,
+        warm_s: f64,
+        results: Vec<CommitRun>,
+    }
     let mut rng = SplitMix64::new(seed);
     let mut block = Payload::new(4096, 5).buf;
-    // One warm-up run, not counted.
-    let cell = rng.below(ncells);
-    let warm = change_and_commit(&h, oid, &[cell], cs, &mut rng, &mut block)?;
-    let mut results = Vec::new();
-    for _ in 0..runs {
+    let mut open = Vec::new();
+    for s in stores {
+        let h = Handle::create(s.dir)?;
+        let oid = h.store.create_object(b"")?;
+        let mut payload = Payload::new(MIB as usize, 4);
+        let io0 = h.io();
+        let f0 = Instant::now();
+        fill(&h, oid, s.bytes, &mut payload)?;
+        h.store.flush()?;
+        let fill_flush_s = f0.elapsed().as_secs_f64();
+        let c0 = Instant::now();
+        h.store.commit()?;
+        let first_commit_s = c0.elapsed().as_secs_f64();
+        let fill_io = h.io().since(&io0);
+        let cs = h.cell_size()?;
+        let ncells = s.bytes / cs;
+        // One warm-up run, not counted.
         let cell = rng.below(ncells);
-        results.push(change_and_commit(
-            &h,
+        let warm = change_and_commit(&h, oid, &[cell], cs, &mut rng, &mut block)?;
+        open.push(Open {
+            h,
             oid,
-            &[cell],
+            ncells,
             cs,
-            &mut rng,
-            &mut block,
-        )?);
+            fill_mb_s: mb_per_s(s.bytes, fill_flush_s),
+            fill_io,
+            first_commit_s,
+            warm_s: warm.commit_s,
+            results: Vec::new(),
+        });
     }
-    let o = h.store.overhead()?;
-    let commit: Vec<f64> = results.iter().map(|r| r.commit_s * 1e3).collect();
-    say(format!(
-        "commit vs store size [{label}]: {} MiB store ({ncells} cells, {} tree nodes) filled at {:.1} MB/s \
-         (medium: {}), first commit {:.1} ms; 1 changed cell: commit median {:.2} ms over {runs} runs \
-         (min {:.2}, max {:.2}; warm-up {:.2} ms)",
-        bytes / MIB,
-        o.nodes,
-        mb_per_s(bytes, fill_flush_s),
-        io_summary(&fill_io),
-        first_commit_s * 1e3,
-        median(&commit),
-        commit.iter().cloned().fold(f64::INFINITY, f64::min),
-        commit.iter().cloned().fold(0.0, f64::max),
-        warm.commit_s * 1e3
-    ));
-    commit_record("commit_size", &results)
-        .str("label", label)
-        .int("store_bytes", bytes)
-        .int("tree_nodes", o.nodes)
-        .num("fill_mb_s", mb_per_s(bytes, fill_flush_s))
-        .num("warmup_commit_ms", warm.commit_s * 1e3)
-        .emit();
-    drop(h);
-    if !keep {
-        std::fs::remove_dir_all(dir)?;
+    for _ in 0..runs {
+        for o in open.iter_mut() {
+            let cell = rng.below(o.ncells);
+            let r = change_and_commit(&o.h, o.oid, &[cell], o.cs, &mut rng, &mut block)?;
+            o.results.push(r);
+        }
+    }
+    for (s, o) in stores.iter().zip(open) {
+        let ov = o.h.store.overhead()?;
+        let commit: Vec<f64> = o.results.iter().map(|r| r.commit_s * 1e3).collect();
+        say(format!(
+            "commit vs store size [{}]: {} MiB store ({} cells, {} tree nodes) filled at {:.1} MB/s \
+             (medium: {}), first commit {:.1} ms; 1 changed cell: commit median {:.2} ms over {runs} runs \
+             (min {:.2}, max {:.2}; warm-up {:.2} ms; runs alternate between the stores)",
+            s.label,
+            s.bytes / MIB,
+            o.ncells,
+            ov.nodes,
+            o.fill_mb_s,
+            io_summary(&o.fill_io),
+            o.first_commit_s * 1e3,
+            median(&commit),
+            commit.iter().cloned().fold(f64::INFINITY, f64::min),
+            commit.iter().cloned().fold(0.0, f64::max),
+            o.warm_s * 1e3
+        ));
+        commit_record("commit_size", &o.results)
+            .str("label", s.label)
+            .int("store_bytes", s.bytes)
+            .int("tree_nodes", ov.nodes)
+            .num("fill_mb_s", o.fill_mb_s)
+            .num("warmup_commit_ms", o.warm_s * 1e3)
+            .emit();
+        drop(o.h);
+        if !keep {
+            std::fs::remove_dir_all(s.dir)?;
+        }
     }
     Ok(())
 }

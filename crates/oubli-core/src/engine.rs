@@ -1743,7 +1743,7 @@ impl Engine {
             let cell = offset / cs;
             return self.rewrite_cell(oid, cell, (offset % cs) as u32, (end - cell * cs) as u32);
         }
-        if offset % cs != 0 {
+        if !offset.is_multiple_of(cs) {
             self.rewrite_cell(oid, offset / cs, (offset % cs) as u32, cs as u32)?;
         }
         if first_whole < end_whole {
@@ -1764,7 +1764,7 @@ impl Engine {
                 true,
             )?;
         }
-        if end % cs != 0 {
+        if !end.is_multiple_of(cs) {
             self.rewrite_cell(oid, end_whole, 0, (end % cs) as u32)?;
         }
         Ok(())

@@ -95,5 +95,5 @@ fn extents_and_sparse_punches() {
     s.punch_hole(oid, cs / 2, 1 << 39).unwrap();
     assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), vec![(0, cs / 2)]);
     assert_eq!(s.read(oid, cs / 2 - 1, 2).unwrap(), vec![1, 0]);
-    assert_eq!(s.status().unwrap().pending_deletions > 0, true);
+    assert!(s.status().unwrap().pending_deletions > 0);
 }

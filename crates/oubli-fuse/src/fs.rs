@@ -316,6 +316,11 @@ impl Fs {
         self.node_ref(oid, 0)
     }
 
+    /// The inode if it is in memory (the table lock is released on return).
+    fn cached(&self, oid: u64) -> Option<Arc<Node>> {
+        lock(&self.table).get(&oid).cloned()
+    }
+
     /// Drops an inode from memory once neither the kernel nor a handle uses it (writing back pending changes).
     fn evict_if_unused(&self, oid: u64) {
         let mut table = lock(&self.table);
@@ -439,7 +444,7 @@ impl Fs {
     }
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
-        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+        if let Some(node) = self.cached(ino) {
             let mut st = lock(&node.st);
             st.lookups = st.lookups.saturating_sub(n);
         }
@@ -1003,7 +1008,7 @@ impl Fs {
     }
 
     pub(crate) fn release(&self, ino: u64) {
-        let Some(node) = lock(&self.table).get(&ino).cloned() else {
+        let Some(node) = self.cached(ino) else {
             return;
         };
         let last_handle_of_unlinked = {
@@ -1035,7 +1040,7 @@ impl Fs {
     pub(crate) fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
         let data = self.store.read(ino, offset, size as usize).map_err(errno)?;
         // relatime: the access time moves when it is older than the last change or a day old.
-        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+        if let Some(node) = self.cached(ino) {
             let mut st = lock(&node.st);
             let now = Timestamp::now();
             let a = &st.attr;
@@ -1129,7 +1134,7 @@ impl Fs {
             return Ok(());
         }
         let _g = self.shared();
-        if let Some(node) = lock(&self.table).get(&ino).cloned() {
+        if let Some(node) = self.cached(ino) {
             let mut st = lock(&node.st);
             if st.dirty {
                 self.persist(ino, &mut st)?;
@@ -1393,7 +1398,7 @@ impl Fs {
         }
         let _g = self.exclusive();
         self.persist_all();
-        if let Some(root) = lock(&self.table).get(&ROOT_DIR).cloned() {
+        if let Some(root) = self.cached(ROOT_DIR) {
             let mut st = lock(&root.st);
             if let Some(fs) = st.attr.fs.as_mut() {
                 fs.mounted = false;
@@ -1410,7 +1415,7 @@ impl Fs {
 
     #[cfg(test)]
     pub(crate) fn fs_record(&self) -> Option<crate::meta::FsRecord> {
-        let root = lock(&self.table).get(&ROOT_DIR).cloned()?;
+        let root = self.cached(ROOT_DIR)?;
         let st = lock(&root.st);
         st.attr.fs.clone()
     }

@@ -132,7 +132,12 @@ impl Attr {
             } else {
                 S_IFREG | 0o644
             };
-            let mut a = Attr::new(mode, owner.0, owner.1, Timestamp::default());
+            // The CLI records the source's modification time as `"mtime":SECONDS`.
+            let t = Timestamp {
+                secs: json_number(meta, b"\"mtime\":").unwrap_or(0),
+                nanos: 0,
+            };
+            let mut a = Attr::new(mode, owner.0, owner.1, t);
             a.foreign = true;
             if is_root {
                 a.parent = 1;
@@ -239,6 +244,18 @@ impl Attr {
     pub fn xattr_bytes(&self) -> usize {
         self.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum()
     }
+}
+
+/// The non-negative integer right after `key` in `bytes`, if any.
+fn json_number(bytes: &[u8], key: &[u8]) -> Option<i64> {
+    let at = bytes.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits: Vec<u8> = bytes[at..]
+        .iter()
+        .skip_while(|b| **b == b' ')
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 fn field(w: &mut Vec<u8>, tag: u64, body: &[u8]) {
@@ -355,6 +372,7 @@ mod tests {
         let a = Attr::decode(br#"{"kind":"file","mtime":5}"#, false, (7, 8)).unwrap();
         assert!(a.foreign);
         assert_eq!((a.mode, a.uid, a.gid, a.nlink), (S_IFREG | 0o644, 7, 8, 1));
+        assert_eq!(a.mtime.secs, 5);
         let root = Attr::decode(b"", true, (0, 0)).unwrap();
         assert!(root.is_dir() && root.foreign);
     }

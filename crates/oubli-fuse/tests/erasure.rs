@@ -436,3 +436,66 @@ fn sensitive_files_are_erased_at_once() {
     assert!(!contains(&meta, b"SECRETNAME-sensitive"));
     assert!(blocks(24, 0, N).is_subset(&markers));
 }
+
+fn recording_world(seed: u64) -> (World, Arc<oubli_core::Store>) {
+    let options = harness::options(seed);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let world = World {
+        recording,
+        vault,
+        provider: options.provider.clone(),
+    };
+    (world, Arc::new(store))
+}
+
+/// Unmounting ends the epoch: what was deleted through the mount is gone without an explicit purge.
+#[test]
+fn unmount_commits() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(33);
+    let mut m = Mounted::new(store, default_options());
+    write_file(
+        &m.path("SECRETNAME-until-unmount"),
+        &marker::data(41, 20_000),
+    );
+    m.session().purge().unwrap();
+    fs::remove_file(m.path("SECRETNAME-until-unmount")).unwrap();
+    m.unmount();
+    let (markers, meta) = world.seize(false);
+    assert!(blocks(41, 0, 20_000).is_disjoint(&markers));
+    assert!(!contains(&meta, b"SECRETNAME-until-unmount"));
+}
+
+/// The mount's own epoch policy (`-o epoch_deletions=1`), checked by its timer, commits without being asked.
+#[test]
+fn mount_policy_commits_on_its_own() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(34);
+    let mut opts = default_options();
+    opts.parse("epoch_deletions=1").unwrap();
+    opts.tick = std::time::Duration::from_millis(50);
+    let m = Mounted::new(store.clone(), opts);
+    write_file(&m.path("SECRETNAME-timer"), &marker::data(42, 20_000));
+    m.session().purge().unwrap();
+    let epoch = store.epoch();
+    fs::remove_file(m.path("SECRETNAME-timer")).unwrap();
+    // The store itself never commits (manual policy): only the mount's timer can.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while store.epoch() == epoch {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (markers, meta) = world.seize(false);
+    assert!(blocks(42, 0, 20_000).is_disjoint(&markers));
+    assert!(!contains(&meta, b"SECRETNAME-timer"));
+}

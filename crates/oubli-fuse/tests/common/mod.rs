@@ -11,7 +11,19 @@ use std::sync::Arc;
 /// Whether the mount tests can run. Without /dev/fuse or fusermount3 they
 /// fail, naming the package, unless OUBLI_SKIP_EXTERNAL=1 (then they skip).
 pub fn fuse_available() -> bool {
-    match oubli_fuse::check_fuse() {
+    // Root mounts without fusermount3, but the machine is expected to have it (scripts/apt-packages).
+    let fusermount = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
+    let check = oubli_fuse::check_fuse().and_then(|()| {
+        if fusermount {
+            Ok(())
+        } else {
+            Err(oubli_fuse::Error::FuseUnavailable(
+                "fusermount3 was not found: install the Debian package fuse3".into(),
+            ))
+        }
+    });
+    match check {
         Ok(()) => true,
         Err(e) if std::env::var("OUBLI_SKIP_EXTERNAL").as_deref() == Ok("1") => {
             eprintln!("skipped (OUBLI_SKIP_EXTERNAL=1): {e}");

@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod data;
 mod failure;
+mod mount;
 mod password;
 mod serve;
 mod session;
@@ -133,6 +134,10 @@ enum Command {
     },
     /// Serve an export as an NBD block device, in the foreground; TRIM erases at the next commit
     Serve(serve::ServeArgs),
+    /// Mount the store as a file system (FUSE) in which rm, truncate and overwrite erase at the next commit
+    Mount(mount::MountArgs),
+    /// Unmount a mounted store: commits, so that everything deleted is unrecoverable
+    Umount(mount::UmountArgs),
 }
 
 /// Writes a command's output to stdout. A closed pipe (`oubli ls | head`)
@@ -173,6 +178,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
         } => audit::audit(&g, &with_copy, &with_vault_copy, json),
         Command::Fsck { json } => admin::fsck(&g, json),
         Command::Serve(args) => serve::serve(&g, args),
+        Command::Mount(args) => mount::mount(&g, args),
+        Command::Umount(args) => mount::umount(&g, args),
     }
 }
 

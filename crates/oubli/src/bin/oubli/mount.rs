@@ -1,0 +1,307 @@
+//! `oubli mount` / `oubli umount`: the store as a FUSE file system (oubli-fuse) in which rm, truncate and overwrite erase at the next commit.
+//!
+//! `mount` detaches once the file system is up (or stays in the foreground
+//! with `--foreground`). The process holds the store open: it commits on the
+//! epoch policy (its timer), at once on SIGUSR1 or `oubli commit` (the
+//! store's control socket), after deleting anything marked sensitive, and at
+//! unmount. `umount` unmounts and waits for that last commit.
+
+use crate::failure::Failure;
+use crate::session::{self, Access, Global};
+use oubli::{exit, Options, Store};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Arguments of `oubli mount`.
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// The directory to mount the store on
+    mountpoint: PathBuf,
+    /// Mount options, comma-separated (repeatable): allow_other, default_permissions, ro,
+    /// fsname=NAME, subtype=TYPE, epoch_interval=SECS, epoch_bytes=N, epoch_deletions=N,
+    /// and kernel options such as noatime
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Stay in the foreground (default: detach once the file system is mounted)
+    #[arg(long, short = 'f')]
+    foreground: bool,
+}
+
+/// Arguments of `oubli umount`.
+#[derive(clap::Args)]
+pub struct UmountArgs {
+    /// The mount point
+    mountpoint: PathBuf,
+    /// Seconds to wait for the mount process's final commit
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    wait: u64,
+}
+
+fn log(line: &str) {
+    eprintln!("oubli mount: {line}");
+}
+
+/// The pipe a detached mount process reports through: `ok` once mounted, or the failure.
+struct Ready(Option<OwnedFd>);
+
+impl Ready {
+    fn send(&mut self, message: &str) {
+        if let Some(fd) = self.0.take() {
+            let mut f = std::fs::File::from(fd);
+            let _ = f.write_all(message.as_bytes());
+        }
+    }
+}
+
+/// Forks: the parent waits for the child's report and exits with it; the
+/// child returns (in a new session, cwd `/`) with the pipe to report through.
+/// Called before any thread exists (forking a threaded process is unsafe).
+fn detach() -> Result<Ready, Failure> {
+    let mut fds = [0; 2];
+    // SAFETY: FFI; `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Failure::file(
+            "creating a pipe",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both descriptors were just created by pipe2 and are owned here only.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: FFI; the process is single-threaded here (nothing spawned a thread yet).
+    match unsafe { libc::fork() } {
+        -1 => Err(Failure::file(
+            "forking the mount process",
+            std::io::Error::last_os_error(),
+        )),
+        0 => {
+            drop(read_end);
+            // SAFETY: FFI; a new session, so the terminal's signals do not reach the daemon.
+            unsafe { libc::setsid() };
+            let _ = std::env::set_current_dir("/");
+            Ok(Ready(Some(write_end)))
+        }
+        _child => {
+            drop(write_end);
+            let mut report = String::new();
+            let _ = std::fs::File::from(read_end).read_to_string(&mut report);
+            match report.split_once('\n') {
+                Some(("ok", message)) => {
+                    print!("{message}");
+                    std::process::exit(0)
+                }
+                Some((code, message)) => {
+                    eprint!("{message}");
+                    std::process::exit(code.parse().unwrap_or(1))
+                }
+                None => {
+                    eprintln!("oubli mount: the mount process ended without reporting");
+                    std::process::exit(1)
+                }
+            }
+        }
+    }
+}
+
+/// Points stdin, stdout and stderr of the detached process at /dev/null.
+fn quiet() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            // SAFETY: FFI; duplicates an open descriptor onto the standard ones.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// `oubli mount`.
+pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
+    let mut opts = oubli_fuse::MountOptions::default();
+    for o in &a.options {
+        opts.parse(o).map_err(Failure::usage)?;
+    }
+    opts.space_from = Some(g.store.clone());
+    let mountpoint = session::absolute(&a.mountpoint);
+    if !mountpoint.is_dir() {
+        return Err(Failure::usage(format!(
+            "mount point {} is not a directory",
+            mountpoint.display()
+        )));
+    }
+    oubli_fuse::check_fuse().map_err(|e| {
+        Failure::new(
+            exit::UNEXPECTED,
+            e.to_string(),
+            "see docs/CLI.md, oubli mount",
+        )
+    })?;
+    g.require_store()?;
+    // Asked before detaching: the terminal is still ours.
+    let password = g.password()?;
+    let mut ready = if a.foreground { Ready(None) } else { detach()? };
+    let result = serve(g, a.foreground, mountpoint, opts, password, &mut ready);
+    if let Err(f) = &result {
+        ready.send(&format!("{}\n{f}\n", f.code));
+    }
+    result
+}
+
+fn serve(
+    g: &Global,
+    foreground: bool,
+    mountpoint: PathBuf,
+    opts: oubli_fuse::MountOptions,
+    password: oubli::SecretBytes,
+    ready: &mut Ready,
+) -> Result<String, Failure> {
+    let _lock = g.lock(Access::Write)?;
+    let provider = session::provider();
+    let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
+    drop(password);
+    let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
+    let options = Options {
+        provider,
+        policy: opts.store_policy(),
+        ..Options::default()
+    };
+    let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let purge = Arc::new(AtomicBool::new(false));
+    let register = || -> std::io::Result<()> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+        signal_hook::flag::register_conditional_shutdown(SIGINT, 130, stop.clone())?;
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        signal_hook::flag::register(SIGUSR1, purge.clone())?;
+        Ok(())
+    };
+    register().map_err(|e| Failure::file("installing signal handlers", e))?;
+    let control_path = oubli::control::socket_path(&g.store);
+    let control = oubli::control::ControlServer::start(
+        &control_path,
+        store.clone(),
+        oubli::report::control_status(g.store.clone()),
+    )
+    .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
+
+    let session = oubli_fuse::mount(store.clone(), &mountpoint, opts).map_err(|e| match e {
+        oubli_fuse::Error::Store(e) => g.fail(e),
+        other => Failure::new(
+            exit::UNEXPECTED,
+            other.to_string(),
+            "is the mount point in use? (oubli umount it)",
+        ),
+    })?;
+    let message = format!(
+        "mounted store {} on {} at epoch {}; `oubli umount {}` commits and unmounts\n",
+        g.store.display(),
+        mountpoint.display(),
+        store.epoch(),
+        mountpoint.display()
+    );
+    if foreground {
+        log(message.trim_end());
+    } else {
+        ready.send(&format!("ok\n{message}"));
+        quiet();
+    }
+
+    let mut by_signal = false;
+    while session.is_mounted() {
+        if stop.load(Ordering::SeqCst) {
+            by_signal = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if purge.swap(false, Ordering::SeqCst) {
+            match session.purge() {
+                Ok(()) => log(&format!("committed epoch {} (SIGUSR1)", store.epoch())),
+                Err(e) => log(&format!("commit failed: {e}")),
+            }
+        }
+    }
+    let done = if by_signal {
+        session.unmount()
+    } else {
+        session.wait()
+    };
+    drop(control);
+    done.map_err(|e| {
+        Failure::new(
+            exit::UNEXPECTED,
+            e.to_string(),
+            "the file system may still be mounted: oubli umount it",
+        )
+    })?;
+    Ok(format!(
+        "unmounted {}; epoch {} committed: everything deleted before is unrecoverable\n",
+        mountpoint.display(),
+        store.epoch()
+    ))
+}
+
+/// `oubli umount`: unmounts, then waits until the mount process of `--store` has committed and let go.
+pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
+    let mountpoint = session::absolute(&a.mountpoint);
+    let was_served = matches!(oubli::control::request(&g.store, "status"), Ok(Some(_)));
+    // SAFETY: FFI call without arguments that cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let unmounted = if root {
+        let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+            .map_err(|_| Failure::usage("mount point contains NUL"))?;
+        // SAFETY: FFI with a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().to_string())
+        }
+    } else {
+        match std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&mountpoint)
+            .output()
+        {
+            Ok(out) if out.status.success() => Ok(()),
+            Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+            Err(e) => Err(format!("running fusermount3 (Debian package fuse3): {e}")),
+        }
+    };
+    unmounted.map_err(|why| {
+        Failure::new(
+            exit::UNEXPECTED,
+            format!("cannot unmount {}: {why}", mountpoint.display()),
+            "a program may still use it (lsof, fuser -m); or it is not mounted",
+        )
+    })?;
+    if was_served {
+        // The mount process commits after the kernel lets go, closes its
+        // control socket, and releases the store lock as it exits.
+        let start = Instant::now();
+        while matches!(oubli::control::request(&g.store, "status"), Ok(Some(_)))
+            || g.lock(Access::Read).is_err()
+        {
+            if start.elapsed() > Duration::from_secs(a.wait) {
+                return Err(Failure::new(
+                    exit::UNEXPECTED,
+                    format!(
+                        "unmounted {}, but the mount process has not finished its commit",
+                        mountpoint.display()
+                    ),
+                    "it may still be committing; `oubli status` shows the epoch",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(format!("unmounted {}\n", mountpoint.display()))
+}

@@ -1,0 +1,130 @@
+//! `oubli mount` / `oubli umount` end to end: a detached mount, files through it, the control socket while mounted, the commit at unmount (audit finds nothing deleted), and the errors.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::fs;
+use std::path::PathBuf;
+use tempfile::TempDir;
+
+struct Env {
+    dir: TempDir,
+    store: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            store: dir.path().join("store"),
+            mnt: dir.path().join("mnt"),
+            dir,
+        };
+        fs::create_dir(&env.mnt).unwrap();
+        env.cmd()
+            .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+            .assert()
+            .success();
+        env
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("oubli").unwrap();
+        cmd.env_clear()
+            .env("HOME", self.dir.path())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("OUBLI_STORE", &self.store)
+            .env("OUBLI_VAULT", self.dir.path().join("vault"))
+            .env("OUBLI_PASSWORD", "pw");
+        cmd
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        // A failed test must not leave a mount behind.
+        let _ = self.cmd().arg("umount").arg(&self.mnt).output();
+    }
+}
+
+fn fuse_available() -> bool {
+    match oubli_fuse::check_fuse() {
+        Ok(()) => true,
+        Err(e) if std::env::var("OUBLI_SKIP_EXTERNAL").as_deref() == Ok("1") => {
+            eprintln!("skipped (OUBLI_SKIP_EXTERNAL=1): {e}");
+            false
+        }
+        Err(e) => panic!("{e}\nThe mount tests need /dev/fuse and the Debian package fuse3; OUBLI_SKIP_EXTERNAL=1 skips them."),
+    }
+}
+
+#[test]
+fn mount_write_unmount_audit() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let src = env.dir.path().join("src");
+    fs::write(&src, b"stored before").unwrap();
+    env.cmd()
+        .args(["put", "before"])
+        .arg(&src)
+        .assert()
+        .success();
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "fsname=oubli-cli-test,epoch_interval=3600"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("mounted store"));
+    assert_eq!(fs::read(env.mnt.join("before")).unwrap(), b"stored before");
+    fs::create_dir(env.mnt.join("dir")).unwrap();
+    fs::write(env.mnt.join("dir/kept"), b"kept").unwrap();
+    fs::write(env.mnt.join("doomed"), vec![7u8; 100_000]).unwrap();
+    // The store is busy, but status reaches the mount through the control socket.
+    env.cmd()
+        .arg("status")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("running mount or server"));
+    env.cmd().arg("commit").assert().success();
+    fs::remove_file(env.mnt.join("doomed")).unwrap();
+    env.cmd().arg("umount").arg(&env.mnt).assert().success();
+    assert!(!fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .contains("oubli-cli-test"));
+    // The unmount committed: nothing deleted is recoverable, and the files are there.
+    env.cmd().arg("audit").assert().success();
+    env.cmd()
+        .arg("ls")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("dir").and(predicate::str::contains("doomed").not()));
+}
+
+#[test]
+fn mount_errors() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    env.cmd()
+        .arg("mount")
+        .arg(env.dir.path().join("nowhere"))
+        .assert()
+        .code(2);
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "epoch_bytes=lots"])
+        .assert()
+        .code(2);
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .env("OUBLI_PASSWORD", "wrong")
+        .assert()
+        .code(5);
+    env.cmd().arg("umount").arg(&env.mnt).assert().code(1);
+}

@@ -90,11 +90,46 @@ impl Rec {
         self
     }
 
+    /// Process CPU time of a phase (every thread), as `user_cpu_s` and `sys_cpu_s`.
+    pub fn cpu(self, cpu: &Cpu) -> Rec {
+        self.num("user_cpu_s", cpu.user).num("sys_cpu_s", cpu.sys)
+    }
+
     /// Prints the line to stdout.
     pub fn emit(self) {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}}}", self.body);
         let _ = out.flush();
+    }
+}
+
+/// CPU time this process has used so far, all threads: (user seconds, system seconds).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu {
+    pub user: f64,
+    pub sys: f64,
+}
+
+impl Cpu {
+    pub fn now() -> Cpu {
+        // SAFETY: getrusage only writes into the zeroed struct we pass.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return Cpu::default();
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        Cpu {
+            user: secs(ru.ru_utime),
+            sys: secs(ru.ru_stime),
+        }
+    }
+
+    /// CPU used between `earlier` and `self`.
+    pub fn since(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            user: self.user - earlier.user,
+            sys: self.sys - earlier.sys,
+        }
     }
 }
 

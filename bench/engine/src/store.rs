@@ -1,6 +1,6 @@
 //! The oubli workloads: stores on a timed `DirMedium` with a `MemoryVault`, and what each benchmark does to them.
 
-use crate::report::{io_summary, mb_per_s, median, say, Rec, MIB};
+use crate::report::{io_summary, mb_per_s, median, say, Cpu, Rec, MIB};
 use crate::timed::{IoSnapshot, Kind, Timed};
 use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
 use oubli_media::{DirMedium, SplitMix64};
@@ -174,6 +174,7 @@ pub fn sequential(dir: &Path, bytes: u64, keep: bool) -> BoxResult<()> {
     let mut payload = Payload::new(MIB as usize, 1);
 
     let io0 = h.io();
+    let cpu0 = Cpu::now();
     let start = Instant::now();
     for i in 0..bytes / MIB {
         h.store.write(oid, i * MIB, payload.chunk(i))?;
@@ -181,6 +182,7 @@ pub fn sequential(dir: &Path, bytes: u64, keep: bool) -> BoxResult<()> {
     let write_s = start.elapsed().as_secs_f64();
     h.store.flush()?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu = Cpu::now().since(&cpu0);
     let io1 = h.io();
     h.store.commit()?;
     let total = start.elapsed().as_secs_f64();
@@ -189,13 +191,16 @@ pub fn sequential(dir: &Path, bytes: u64, keep: bool) -> BoxResult<()> {
     let commit_io = io2.since(&io1);
     say(format!(
         "seq write {} MiB in 1 MiB writes + flush: {secs:.3} s = {:.1} MB/s \
-         (writes alone {write_s:.3} s = {:.1} MB/s; flush {:.3} s; medium: {}; engine CPU ~{:.3} s)",
+         (writes alone {write_s:.3} s = {:.1} MB/s; flush {:.3} s; medium: {}; time outside the medium {:.3} s; \
+         process CPU: user {:.3} s, system {:.3} s)",
         bytes / MIB,
         mb_per_s(bytes, secs),
         mb_per_s(bytes, write_s),
         secs - write_s,
         io_summary(&io),
-        secs - io.total_secs()
+        secs - io.total_secs(),
+        cpu.user,
+        cpu.sys
     ));
     say(format!(
         "seq write + final commit: {total:.3} s = {:.1} MB/s (commit {:.1} ms: {})",
@@ -214,7 +219,8 @@ pub fn sequential(dir: &Path, bytes: u64, keep: bool) -> BoxResult<()> {
         .num("commit_s", total - secs)
         .num("secs_with_commit", total)
         .num("mb_s_with_commit", mb_per_s(bytes, total))
-        .num("engine_cpu_s", secs - io.total_secs())
+        .num("outside_medium_s", secs - io.total_secs())
+        .cpu(&cpu)
         .io(&io)
         .emit();
     report_overhead(&h, "seq_1mib", bytes)?;
@@ -242,6 +248,7 @@ pub fn sequential(dir: &Path, bytes: u64, keep: bool) -> BoxResult<()> {
 
 fn read_back(h: &Handle, oid: u64, bytes: u64, cache: &str) -> BoxResult<()> {
     let io0 = h.io();
+    let cpu0 = Cpu::now();
     let start = Instant::now();
     for i in 0..bytes / MIB {
         let data = h.store.read(oid, i * MIB, MIB as usize)?;
@@ -250,21 +257,25 @@ fn read_back(h: &Handle, oid: u64, bytes: u64, cache: &str) -> BoxResult<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = Cpu::now().since(&cpu0);
     let io = h.io().since(&io0);
     say(format!(
         "seq read ({cache} page cache, cold node cache) {} MiB in 1 MiB reads: {secs:.3} s = {:.1} MB/s \
-         (medium: {}; engine CPU ~{:.3} s)",
+         (medium: {}; time outside the medium {:.3} s; process CPU: user {:.3} s, system {:.3} s)",
         bytes / MIB,
         mb_per_s(bytes, secs),
         io_summary(&io),
-        secs - io.total_secs()
+        secs - io.total_secs(),
+        cpu.user,
+        cpu.sys
     ));
     Rec::new("seq_read")
         .str("page_cache", cache)
         .int("bytes", bytes)
         .num("secs", secs)
         .num("mb_s", mb_per_s(bytes, secs))
-        .num("engine_cpu_s", secs - io.total_secs())
+        .num("outside_medium_s", secs - io.total_secs())
+        .cpu(&cpu)
         .io(&io)
         .emit();
     Ok(())
@@ -281,6 +292,7 @@ pub fn random(dir: &Path, span: u64, offsets: &[u64], block: &[u8], keep: bool) 
     let mut payload = block.to_vec();
 
     let io0 = h.io();
+    let cpu0 = Cpu::now();
     let start = Instant::now();
     for (i, &off) in offsets.iter().enumerate() {
         payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
@@ -289,6 +301,7 @@ pub fn random(dir: &Path, span: u64, offsets: &[u64], block: &[u8], keep: bool) 
     let write_s = start.elapsed().as_secs_f64();
     h.store.flush()?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu = Cpu::now().since(&cpu0);
     let io = h.io().since(&io0);
     let c0 = Instant::now();
     h.store.commit()?;
@@ -297,7 +310,7 @@ pub fn random(dir: &Path, span: u64, offsets: &[u64], block: &[u8], keep: bool) 
     let iops = offsets.len() as f64 / secs;
     say(format!(
         "random {} B writes: {} writes ({} MiB) over {} MiB + flush: {secs:.3} s = {iops:.0} IOPS = {:.1} MB/s \
-         (writes alone {write_s:.3} s; flush {:.3} s; medium: {}; engine CPU ~{:.3} s; \
+         (writes alone {write_s:.3} s; flush {:.3} s; medium: {}; time outside the medium {:.3} s; \
          {appended} B appended = {:.2}x write amplification; commit after it {:.1} ms)",
         block.len(),
         offsets.len(),
@@ -321,8 +334,9 @@ pub fn random(dir: &Path, span: u64, offsets: &[u64], block: &[u8], keep: bool) 
         .num("write_s", write_s)
         .num("flush_s", secs - write_s)
         .num("commit_s", commit_s)
-        .num("engine_cpu_s", secs - io.total_secs())
+        .num("outside_medium_s", secs - io.total_secs())
         .num("write_amplification", appended as f64 / bytes as f64)
+        .cpu(&cpu)
         .io(&io)
         .emit();
     let distinct: HashSet<u64> = offsets.iter().copied().collect();

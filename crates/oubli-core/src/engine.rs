@@ -186,12 +186,14 @@ fn crypto_threads(units: usize) -> usize {
     if units < PARALLEL_MIN_UNITS {
         return 1;
     }
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(4)
-        .min(units / (PARALLEL_MIN_UNITS / 2))
-        .max(1)
+    // Asked once: each call reads the cgroup files again.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    cores.min(4).min(units / (PARALLEL_MIN_UNITS / 2)).max(1)
 }
 
 /// A unit a read must open after the engine lock is released.
@@ -765,7 +767,9 @@ impl Store {
                 end += units[j].cref.sealed_len();
                 j += 1;
             }
-            let mut buf = Zeroizing::new(vec![0u8; (end - start) as usize]);
+            // Ciphertext only: units that lie wholly inside the output are
+            // decrypted there, so no plaintext is left in this buffer.
+            let mut buf = vec![0u8; (end - start) as usize];
             sh.medium
                 .read(addr_segment(start), addr_offset(start) as u64, &mut buf)
                 .map_err(|e| read_error(&cell_what(&units[i], sh.cell_size), e))?;
@@ -775,16 +779,31 @@ impl Store {
                 at += sealed.len();
                 let key = sh.scheme.resolve(&p.cref.key);
                 let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
+                let corrupt = || Error::Corrupt(cell_what(p, sh.cell_size));
+                let dst = p.out_at - base;
+                let len = p.cref.len as usize;
+                if dst >= 0 && dst as usize + len <= out.len() {
+                    let (ct, tag) = sealed.split_at(len);
+                    let target = &mut out[dst as usize..dst as usize + len];
+                    target.copy_from_slice(ct);
+                    let tag: &[u8; TAG_LEN] = tag.try_into().expect("tag length");
+                    sh.provider
+                        .open_detached(&key, &aad, target, tag)
+                        .map_err(|_| corrupt())?;
+                    continue;
+                }
+                // A unit cut by the ends of the read: opened here, wiped after.
+                let mut whole = Zeroizing::new(sealed.to_vec());
                 let len = sh
                     .provider
-                    .open_in_place(&key, &aad, sealed)
-                    .map_err(|_| Error::Corrupt(cell_what(p, sh.cell_size)))?;
-                let lo = (p.out_at - base).max(0);
-                let hi = (p.out_at - base + len as i64).min(out.len() as i64);
+                    .open_in_place(&key, &aad, &mut whole)
+                    .map_err(|_| corrupt())?;
+                let lo = dst.max(0);
+                let hi = (dst + len as i64).min(out.len() as i64);
                 if lo < hi {
-                    let src = (lo - (p.out_at - base)) as usize;
+                    let src = (lo - dst) as usize;
                     out[lo as usize..hi as usize]
-                        .copy_from_slice(&sealed[src..src + (hi - lo) as usize]);
+                        .copy_from_slice(&whole[src..src + (hi - lo) as usize]);
                 }
             }
             i = j;

@@ -1,6 +1,8 @@
 //! INSECURE deterministic provider for fuzzing, test vectors and reproducible crash sweeps.
 
-use crate::provider::{gcm_open, gcm_seal, hkdf_derive, AuthError, CryptoProvider, TAG_LEN};
+use crate::provider::{
+    gcm_open, gcm_open_detached, gcm_seal, hkdf_derive, AuthError, CryptoProvider, TAG_LEN,
+};
 use crate::secret::{SecretKey, KEY_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,6 +49,15 @@ impl CryptoProvider for DeterministicProvider {
         buf: &mut [u8],
     ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
+    }
+    fn open_detached(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), AuthError> {
+        gcm_open_detached(key, aad, buf, tag)
     }
     fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
         hkdf_derive(key, label, context)

@@ -42,6 +42,16 @@ pub trait CryptoProvider: Send + Sync + 'static {
         buf: &mut [u8],
     ) -> Result<usize, AuthError>;
 
+    /// Authenticates and decrypts `buf` (ciphertext only) in place against a
+    /// tag kept elsewhere. On failure `buf` holds garbage and must not be used.
+    fn open_detached(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), AuthError>;
+
     /// Encrypts `buf` in place under a one-message `key` and appends the tag.
     fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
         let tag = self.seal_detached(key, aad, buf);
@@ -109,6 +119,19 @@ pub(crate) fn gcm_open(key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> Result<us
         .map_err(|_| AuthError)
 }
 
+pub(crate) fn gcm_open_detached(
+    key: &SecretKey,
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; TAG_LEN],
+) -> Result<(), AuthError> {
+    let nonce = Nonce::assume_unique_for_key([0u8; 12]);
+    aead_key(key)
+        .open_in_place_separate_tag(nonce, Aad::from(aad), ring::aead::Tag::from(*tag), buf, 0..)
+        .map(|_| ())
+        .map_err(|_| AuthError)
+}
+
 struct OneKey;
 impl hkdf::KeyType for OneKey {
     fn len(&self) -> usize {
@@ -148,6 +171,15 @@ impl CryptoProvider for RingProvider {
     ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
     }
+    fn open_detached(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), AuthError> {
+        gcm_open_detached(key, aad, buf, tag)
+    }
     fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
         hkdf_derive(key, label, context)
     }
@@ -173,6 +205,18 @@ mod tests {
         let mut flipped = sealed.clone();
         flipped[3] ^= 1;
         assert_eq!(p.open(&key, b"ad", &mut flipped), Err(AuthError));
+        // Detached: ciphertext and tag apart, same answer.
+        let (ct, tag) = sealed.split_at(sealed.len() - TAG_LEN);
+        let mut ct = ct.to_vec();
+        p.open_detached(&key, b"ad", &mut ct, tag.try_into().unwrap())
+            .unwrap();
+        assert_eq!(ct, b"hello unit");
+        let mut bad = sealed[..sealed.len() - TAG_LEN].to_vec();
+        bad[0] ^= 1;
+        assert_eq!(
+            p.open_detached(&key, b"ad", &mut bad, tag.try_into().unwrap()),
+            Err(AuthError)
+        );
         let mut short = sealed[..5].to_vec();
         assert_eq!(p.open(&key, b"ad", &mut short), Err(AuthError));
         let mut other = sealed;

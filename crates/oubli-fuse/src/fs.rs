@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
 
 pub(crate) type R<T> = Result<T, Errno>;
 
@@ -92,6 +91,15 @@ impl State {
     fn sensitive(&self) -> bool {
         self.attr.xattrs.contains_key(SENSITIVE_XATTR)
     }
+
+    /// Refuses changes to another front-end's objects (the NBD exports and their directory).
+    fn changeable(&self) -> R<()> {
+        if self.attr.protected {
+            Err(Errno::EPERM)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// An open directory: its listing, taken once per handle (readdir pages through it).
@@ -140,7 +148,6 @@ pub(crate) struct Fs {
     blksize: u32,
     read_only: bool,
     space_from: Option<PathBuf>,
-    policy: Option<EpochPolicy>,
 }
 
 fn kind_of(mode: u32) -> FileType {
@@ -191,6 +198,15 @@ impl Fs {
             };
             changed = true;
         }
+        if let (Some(p), false) = (&opts.policy, opts.read_only) {
+            // The mount's triggers replace the store's; unset ones keep the store's.
+            let current = status.policy.clone();
+            store.set_policy(EpochPolicy {
+                interval: p.interval.or(current.interval),
+                bytes: p.bytes.or(current.bytes),
+                deletions: p.deletions.or(current.deletions),
+            });
+        }
         let mut record = root.fs.clone().unwrap_or_default();
         if !opts.read_only {
             if record.orphans == 0 {
@@ -235,7 +251,6 @@ impl Fs {
             blksize: status.cell_size.max(64 * 1024),
             read_only: opts.read_only,
             space_from: opts.space_from.clone(),
-            policy: opts.policy.clone(),
         };
         let node = Arc::new(Node {
             oid: ROOT_DIR,
@@ -277,6 +292,13 @@ impl Fs {
             eprintln!("oubli-fuse: object {oid}: {e}");
             Errno::EIO
         })?;
+        let mut attr = attr;
+        if attr.protected && !self.store.list(oid).map_err(errno)?.is_empty() {
+            // Another front-end's directory object: browsable, read-only.
+            attr.mode = S_IFDIR | 0o555;
+            attr.nlink = 2;
+            attr.parent = ROOT_DIR;
+        }
         let size = match &attr.symlink {
             Some(t) => t.len() as u64,
             None => rec.size,
@@ -342,7 +364,8 @@ impl Fs {
 
     /// Writes an inode's attributes to its object.
     fn persist(&self, oid: u64, st: &mut State) -> R<()> {
-        if st.deleted || self.read_only {
+        // Another front-end's metadata is never replaced by ours.
+        if st.deleted || self.read_only || st.attr.protected {
             return Ok(());
         }
         self.store.set_meta(oid, &st.attr.encode()).map_err(errno)?;
@@ -462,6 +485,7 @@ impl Fs {
         let _g = self.shared();
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
+        st.changeable()?;
         let now = Timestamp::now();
         let mut erased = false;
         if let Some(size) = req.size {
@@ -535,6 +559,7 @@ impl Fs {
         let now = attr.ctime;
         {
             let pst = lock(&dir.st);
+            pst.changeable()?;
             if pst.attr.mode & S_ISGID != 0 {
                 // BSD group semantics under a set-group-ID directory, as Linux.
                 attr.gid = pst.attr.gid;
@@ -670,8 +695,10 @@ impl Fs {
         {
             return Err(Errno::EEXIST);
         }
+        lock(&dir.st).changeable()?;
         let now = Timestamp::now();
         let mut st = lock(&node.st);
+        st.changeable()?;
         if st.attr.is_dir() {
             return Err(Errno::EPERM);
         }
@@ -775,6 +802,8 @@ impl Fs {
             .map_err(errno)?
             .ok_or(Errno::ENOENT)?;
         let node = self.node(oid)?;
+        lock(&dir.st).changeable()?;
+        lock(&node.st).changeable()?;
         let is_dir = lock(&node.st).attr.is_dir();
         match (want_dir, is_dir) {
             (true, false) => return Err(Errno::ENOTDIR),
@@ -837,6 +866,12 @@ impl Fs {
             .map_err(errno)?
             .ok_or(Errno::ENOENT)?;
         let dst = self.store.lookup(newparent, newname).map_err(errno)?;
+        for oid in [Some(parent), Some(newparent), Some(src), dst]
+            .into_iter()
+            .flatten()
+        {
+            lock(&self.node(oid)?.st).changeable()?;
+        }
         if exchange {
             let dst = dst.ok_or(Errno::ENOENT)?;
             return self.exchange(&src_dir, name, src, &dst_dir, newname, dst);
@@ -1003,6 +1038,9 @@ impl Fs {
         if st.deleted {
             return Err(Errno::ENOENT);
         }
+        if write {
+            st.changeable()?;
+        }
         st.opens += 1;
         Ok(())
     }
@@ -1063,6 +1101,7 @@ impl Fs {
         let _g = self.shared();
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
+        st.changeable()?;
         let overwrote = offset < st.size && !data.is_empty();
         self.store.write(ino, offset, data).map_err(errno)?;
         let end = offset + data.len() as u64;
@@ -1099,6 +1138,7 @@ impl Fs {
         let _g = self.shared();
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
+        st.changeable()?;
         if st.attr.kind() != S_IFREG {
             return Err(Errno::ENODEV);
         }
@@ -1126,6 +1166,54 @@ impl Fs {
             self.commit_now();
         }
         Ok(())
+    }
+
+    /// `lseek(SEEK_DATA / SEEK_HOLE)` from the store's allocated cells (the
+    /// kernel answers the other whences itself).
+    pub(crate) fn lseek(&self, ino: u64, offset: i64, whence: i32) -> R<i64> {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return Err(Errno::EINVAL);
+        }
+        let size = {
+            let node = self.node(ino)?;
+            let st = lock(&node.st);
+            st.size
+        };
+        let Ok(mut pos) = u64::try_from(offset) else {
+            return Err(Errno::ENXIO);
+        };
+        if pos >= size {
+            return Err(Errno::ENXIO);
+        }
+        // Scanned a window at a time: a dense file's cells are many.
+        const WINDOW: u64 = 64 << 20;
+        loop {
+            let window_end = pos.saturating_add(WINDOW).min(size);
+            let extents = self
+                .store
+                .extents(ino, pos, window_end - pos)
+                .map_err(errno)?;
+            match (whence, extents.first()) {
+                (libc::SEEK_DATA, Some(&(start, _))) => return Ok(start as i64),
+                (libc::SEEK_DATA, None) => pos = window_end,
+                (_, None) => return Ok(pos as i64),
+                (_, Some(&(start, _))) if start > pos => return Ok(pos as i64),
+                (_, Some(&(start, len))) => {
+                    if start + len < window_end {
+                        return Ok((start + len) as i64);
+                    }
+                    pos = window_end;
+                }
+            }
+            if pos >= size {
+                // Past the last data there is only the hole at the end of the file.
+                return if whence == libc::SEEK_DATA {
+                    Err(Errno::ENXIO)
+                } else {
+                    Ok(size as i64)
+                };
+            }
+        }
     }
 
     /// fsync / fdatasync / fsyncdir: the inode's pending attributes, then every write so far, made durable (intent log).
@@ -1243,6 +1331,7 @@ impl Fs {
         check_xattr_name(name)?;
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
+        st.changeable()?;
         let exists = st.attr.xattrs.contains_key(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
             return Err(Errno::EEXIST);
@@ -1282,6 +1371,7 @@ impl Fs {
         check_xattr_name(name)?;
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
+        st.changeable()?;
         if st.attr.xattrs.remove(name).is_none() {
             return Err(Errno::NO_XATTR);
         }
@@ -1369,26 +1459,14 @@ impl Fs {
         self.store.flush()
     }
 
-    /// Timer: the store's own policy, then the mount's (checked against the store's counters).
+    /// Timer: lets the store's epoch policy fire on an idle store (the
+    /// interval); between requests, so that no commit splits a namespace operation.
     pub(crate) fn tick(&self) {
         if self.read_only {
             return;
         }
         let _g = self.exclusive();
         self.store.tick();
-        let Some(p) = &self.policy else { return };
-        let Ok(s) = self.store.status() else { return };
-        let changed = s.bytes_written_this_epoch > 0 || s.pending_deletions > 0;
-        let due = p.bytes.is_some_and(|b| s.bytes_written_this_epoch >= b)
-            || p.deletions.is_some_and(|d| s.pending_deletions >= d)
-            || (changed
-                && p.interval
-                    .is_some_and(|i| Duration::from_secs(s.seconds_since_commit) >= i));
-        if due {
-            if let Err(e) = self.store.commit() {
-                eprintln!("oubli-fuse: epoch commit failed (retried at the next tick): {e}");
-            }
-        }
     }
 
     /// Unmount: pending attributes written, the mounted flag cleared, the epoch committed.
@@ -1521,6 +1599,45 @@ mod tests {
         fs.release(g);
         fs.unlink(ROOT_DIR, b"g").unwrap();
         assert!(!store.exists(g).unwrap());
+    }
+
+    #[test]
+    fn other_front_ends_objects_are_read_only() {
+        let store = store();
+        let dir = store
+            .create_object(b"oubli-nbd exports directory v1")
+            .unwrap();
+        store.link(ROOT_DIR, b".nbd-exports", dir).unwrap();
+        let disk = store.create_object(b"oubli-nbd export v1").unwrap();
+        store.write(disk, 0, b"block device image").unwrap();
+        store.link(dir, b"disk", disk).unwrap();
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        let d = fs.lookup(ROOT_DIR, b".nbd-exports").unwrap();
+        assert_eq!((d.kind, d.perm), (FileType::Directory, 0o555));
+        let f = fs.lookup(dir, b"disk").unwrap();
+        assert_eq!((f.kind, f.perm, f.size), (FileType::RegularFile, 0o444, 18));
+        assert_eq!(fs.read(disk, 0, 5).unwrap(), b"block");
+        assert_eq!(fs.unlink(dir, b"disk"), Err(Errno::EPERM));
+        assert_eq!(fs.rmdir(ROOT_DIR, b".nbd-exports"), Err(Errno::EPERM));
+        assert_eq!(
+            fs.rename(ROOT_DIR, b".nbd-exports", ROOT_DIR, b"x", 0),
+            Err(Errno::EPERM)
+        );
+        assert_eq!(fs.write(disk, 0, b"x"), Err(Errno::EPERM));
+        assert_eq!(fs.open(disk, true), Err(Errno::EPERM));
+        assert_eq!(
+            fs.create(dir, b"new", 0o644, 0, ME).err(),
+            Some(Errno::EPERM)
+        );
+        assert_eq!(fs.setxattr(disk, b"user.x", b"1", 0), Err(Errno::EPERM));
+        fs.release(disk);
+        fs.destroy();
+        // Their metadata was never rewritten.
+        assert_eq!(store.object(disk).unwrap().meta, b"oubli-nbd export v1");
+        assert_eq!(
+            store.object(dir).unwrap().meta,
+            b"oubli-nbd exports directory v1"
+        );
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct Attr {
     pub unknown: Vec<(u64, Vec<u8>)>,
     /// Decoded from metadata another front-end wrote (or none): defaults were used.
     pub foreign: bool,
+    /// Another front-end's object (not the CLI's, not bare): shown read-only,
+    /// never changed through the mount, its metadata never rewritten.
+    pub protected: bool,
 }
 
 impl Attr {
@@ -111,6 +114,7 @@ impl Attr {
             fs: None,
             unknown: Vec::new(),
             foreign: false,
+            protected: false,
         }
     }
 
@@ -122,15 +126,20 @@ impl Attr {
         self.kind() == S_IFDIR
     }
 
-    /// Decodes `meta`. Metadata this front-end did not write (the CLI's JSON,
-    /// none at all) is shown as a regular file — or, for `root`, a directory —
-    /// owned by `owner`; nothing is lost until the object is changed here.
+    /// Decodes `meta`. Metadata this front-end did not write is shown as a
+    /// regular file — or, for `root`, a directory — owned by `owner`: the
+    /// CLI's (JSON) or none at all as `0644`, taken over when the object is
+    /// changed here; any other front-end's (the NBD exports) as a protected
+    /// `0444`.
     pub fn decode(meta: &[u8], is_root: bool, owner: (u32, u32)) -> Result<Attr, String> {
         if meta.len() < 2 || meta[0] != MAGIC {
+            let plain = is_root || meta.is_empty() || meta[0] == b'{';
             let mode = if is_root {
                 S_IFDIR | 0o755
-            } else {
+            } else if plain {
                 S_IFREG | 0o644
+            } else {
+                S_IFREG | 0o444
             };
             // The CLI records the source's modification time as `"mtime":SECONDS`.
             let t = Timestamp {
@@ -139,6 +148,7 @@ impl Attr {
             };
             let mut a = Attr::new(mode, owner.0, owner.1, t);
             a.foreign = true;
+            a.protected = !plain;
             if is_root {
                 a.parent = 1;
             }
@@ -177,6 +187,7 @@ impl Attr {
             fs: None,
             unknown: Vec::new(),
             foreign: false,
+            protected: false,
         };
         while !r.buf.is_empty() {
             let tag = r.varint()?;
@@ -373,8 +384,11 @@ mod tests {
         assert!(a.foreign);
         assert_eq!((a.mode, a.uid, a.gid, a.nlink), (S_IFREG | 0o644, 7, 8, 1));
         assert_eq!(a.mtime.secs, 5);
+        assert!(!a.protected);
         let root = Attr::decode(b"", true, (0, 0)).unwrap();
-        assert!(root.is_dir() && root.foreign);
+        assert!(root.is_dir() && root.foreign && !root.protected);
+        let nbd = Attr::decode(b"oubli-nbd export v1", false, (0, 0)).unwrap();
+        assert!(nbd.protected && nbd.mode == S_IFREG | 0o444);
     }
 
     #[test]

@@ -19,13 +19,14 @@ pub struct MountOptions {
     /// everything. The option is accepted for compatibility.
     pub default_permissions: bool,
     pub read_only: bool,
-    /// An epoch policy the mount enforces from its timer, on top of the
-    /// store's own (`epoch_interval=S`, `epoch_bytes=N`, `epoch_deletions=N`).
-    /// The store checks the policy it was opened with after every change; a
-    /// front-end opening the store should pass this one there too (see
-    /// [`MountOptions::store_policy`]).
+    /// Epoch triggers for the mount (`epoch_interval=S`, `epoch_bytes=N`,
+    /// `epoch_deletions=N`; 0 disables one): set on the store at mount
+    /// (`Store::set_policy`), unset ones keep the store's. The store checks
+    /// them after every change; the timer covers an idle store. Deletions are
+    /// counted as the engine does: removing a file's last link counts its
+    /// name, its object and its orphan-list entry.
     pub policy: Option<EpochPolicy>,
-    /// How often the timer calls `Store::tick` and checks `policy`.
+    /// How often the timer calls `Store::tick`.
     pub tick: Duration,
     /// FUSE request loops (threads, `-o threads=N`); default: twice the CPUs, 4 to 16.
     pub threads: usize,

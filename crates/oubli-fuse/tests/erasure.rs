@@ -471,7 +471,7 @@ fn unmount_commits() {
     assert!(!contains(&meta, b"SECRETNAME-until-unmount"));
 }
 
-/// The mount's own epoch policy (`-o epoch_deletions=1`), checked by its timer, commits without being asked.
+/// The mount's epoch policy (`-o epoch_deletions=1`) commits without being asked.
 #[test]
 fn mount_policy_commits_on_its_own() {
     if !fuse_available() {
@@ -486,7 +486,7 @@ fn mount_policy_commits_on_its_own() {
     m.session().purge().unwrap();
     let epoch = store.epoch();
     fs::remove_file(m.path("SECRETNAME-timer")).unwrap();
-    // The store itself never commits (manual policy): only the mount's timer can.
+    // The store was opened with a manual policy: only the mount's can commit.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while store.epoch() == epoch {
         assert!(

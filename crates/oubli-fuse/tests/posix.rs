@@ -4,6 +4,7 @@ mod common;
 use common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
@@ -97,8 +98,15 @@ fn mknod(p: &Path, mode: u32, dev: u64) -> std::io::Result<()> {
     check(unsafe { libc::mknod(c.as_ptr(), mode, dev) }).map(|_| ())
 }
 
+fn check_off(rc: libc::off_t) -> std::io::Result<libc::off_t> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
 fn fallocate(f: &File, mode: i32, offset: i64, len: i64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     // SAFETY: FFI on an open descriptor.
     check(unsafe { libc::fallocate(f.as_raw_fd(), mode, offset, len) }).map(|_| ())
 }
@@ -419,6 +427,27 @@ fn fallocate_and_punch_hole() {
     // Zero range.
     fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 5).unwrap();
     assert_eq!(&fs::read(&p).unwrap()[..6], &[0, 0, 0, 0, 0, 0xAB]);
+    // SEEK_DATA / SEEK_HOLE follow the allocated cells (32 KiB granularity).
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: FFI on an open descriptor.
+        check_off(unsafe { libc::lseek(f.as_raw_fd(), off, whence) })
+    };
+    let s = m.path("sparse");
+    let g = File::create(&s).unwrap();
+    g.write_all_at(b"data", 1 << 20).unwrap();
+    g.set_len(4 << 20).unwrap();
+    let seek_g = |off: i64, whence: i32| {
+        // SAFETY: FFI on an open descriptor.
+        check_off(unsafe { libc::lseek(g.as_raw_fd(), off, whence) })
+    };
+    assert_eq!(seek_g(0, libc::SEEK_DATA).unwrap(), 1 << 20);
+    assert_eq!(seek_g(0, libc::SEEK_HOLE).unwrap(), 0);
+    let hole = seek_g(1 << 20, libc::SEEK_HOLE).unwrap();
+    assert!(hole > 1 << 20 && hole <= (1 << 20) + 32768, "{hole}");
+    assert_eq!(errno(seek_g(2 << 20, libc::SEEK_DATA)), libc::ENXIO);
+    assert_eq!(seek_g(2 << 20, libc::SEEK_HOLE).unwrap(), 2 << 20);
+    assert_eq!(errno(seek_g(4 << 20, libc::SEEK_HOLE)), libc::ENXIO);
+    assert_eq!(seek(0, libc::SEEK_DATA).unwrap(), 5);
     // Punching without KEEP_SIZE is not supported (as on Linux).
     assert_eq!(
         errno(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10)),
@@ -700,4 +729,25 @@ fn remount_keeps_everything() {
     assert_eq!(md.modified().unwrap(), t);
     assert_eq!(getxattr(&m2.path("d/f"), "user.k", 8).unwrap(), b"v");
     assert_eq!(fs::metadata(m2.path("d")).unwrap().nlink(), 2);
+}
+
+#[test]
+fn read_only_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    fs::write(m.path("f"), b"kept").unwrap();
+    m.unmount();
+    let epoch = store.epoch();
+    let mut opts = default_options();
+    opts.parse("ro").unwrap();
+    let mut m = Mounted::new(store.clone(), opts);
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"kept");
+    assert_eq!(errno(fs::write(m.path("f"), b"x")), libc::EROFS);
+    assert_eq!(errno(fs::remove_file(m.path("f"))), libc::EROFS);
+    assert_eq!(errno(fs::create_dir(m.path("d"))), libc::EROFS);
+    m.unmount();
+    assert_eq!(store.epoch(), epoch, "a read-only mount writes nothing");
 }

@@ -30,6 +30,12 @@ fn nothing_deleted_before_the_last_commit_opens() {
     store.commit().unwrap();
     runner.note_commit();
     check(&recording, &vault, &runner, &options);
+    println!(
+        "adversary: {} epochs, {} checks over every past state, {} deleted marker blocks, none recovered",
+        runner.commits,
+        checked + 1,
+        runner.erased.len()
+    );
     assert!(runner.commits >= 20, "only {} epochs", runner.commits);
     assert!(checked >= 5);
     assert!(

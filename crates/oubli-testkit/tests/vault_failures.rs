@@ -186,7 +186,10 @@ fn refuse_writes_policy_stops_changes_until_a_commit_lands() {
     s.vault.unavailable(true);
     assert!(store.commit().is_err());
     // New changes are refused, reads still work.
-    assert!(matches!(store.create_object(b""), Err(Error::WritesRefused(_))));
+    assert!(matches!(
+        store.create_object(b""),
+        Err(Error::WritesRefused(_))
+    ));
     assert!(matches!(store.delete(3), Err(Error::WritesRefused(_))));
     assert!(store.read(3, 0, 10).is_ok());
     s.vault.unavailable(false);

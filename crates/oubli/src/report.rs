@@ -32,6 +32,27 @@ pub struct StatusReport {
     pub last_commit_error: Option<String>,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
+    /// Vault wear projected at an epoch policy; filled in by the `oubli`
+    /// command (a live process leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wear: Option<WearReport>,
+}
+
+/// How long the vault lasts at an epoch policy's commit rate.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct WearReport {
+    /// The interval the projection assumes, in seconds.
+    pub interval_seconds: u64,
+    /// Whose policy that is: `live` (the running mount or server) or
+    /// `default` (the default interval of mount and serve).
+    pub policy_source: String,
+    pub commits_per_day: f64,
+    /// The endurance the projection uses (`null`: the vault does not wear).
+    pub endurance_writes: Option<u64>,
+    /// Seconds until the rated writes are spent; `null` if never.
+    pub projected_lifetime_seconds: Option<u64>,
+    /// Set when that is within five years.
+    pub warning: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +110,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         next_commit_in: s.next_commit_in,
         last_commit_error: s.last_commit_error,
         live,
+        wear: None,
     })
 }
 

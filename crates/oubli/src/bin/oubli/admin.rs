@@ -4,7 +4,7 @@ use crate::failure::Failure;
 use crate::password::{self, Purpose};
 use crate::session::{self, Access, Global};
 use crate::ui;
-use oubli::report::{status_report, StatusReport};
+use oubli::report::StatusReport;
 use oubli::{exit, CreateOptions, Error, KdfParams, DIR_MARKER};
 use serde::Serialize;
 
@@ -29,15 +29,15 @@ pub fn init(
             format!("a store at {}", g.store.display()),
         ),
         (
-            g.vault.exists(),
-            format!("a vault at {}", g.vault.display()),
+            session::is_file_vault(&g.vault) && g.vault.exists(),
+            format!("a vault at {}", g.vault_shown.display()),
         ),
     ] {
         if exists {
             return Err(g.fail(Error::AlreadyInitialized(what)));
         }
     }
-    let password = password::obtain(g.password_file.as_deref(), &g.vault, Purpose::Create)?;
+    let password = password::obtain(g.password_file.as_deref(), &g.vault_shown, Purpose::Create)?;
     let existed = g.store.exists();
     // The directory must exist for its lock file; create_dir_store then
     // fills it (an empty directory is fine).
@@ -50,9 +50,8 @@ pub fn init(
     let lock = g.lock(Access::Write);
     let created = lock.and_then(|_lock| {
         let provider = session::provider();
-        oubli::create_dir_store(
-            &g.store,
-            &g.vault,
+        crate::vault_cmd::create_store(
+            g,
             &password,
             kdf,
             CreateOptions { cell_size },
@@ -69,16 +68,26 @@ pub fn init(
             return Err(failure);
         }
     };
+    let info = store.status().map(|s| s.vault).ok();
+    let note = match info {
+        Some(i) if i.overwrite_is_erasure => String::new(),
+        Some(i) if i.kind != "file" => format!(
+            "Note: this {} vault is a simulator or software token: its memory is a file on the host,\n\
+             so its overwrites may not erase (docs/THREAT_MODEL.md).\n",
+            i.kind
+        ),
+        _ => "Note: the file vault is a stand-in. On an SSD or a copy-on-write or journaling file\n\
+              system, old copies of the vault file may survive its overwrites (docs/THREAT_MODEL.md).\n"
+            .to_string(),
+    };
     Ok(format!(
         "created store {} (cell size {}) at epoch {}\n\
          created vault {} (Argon2id, {} MiB, {} passes)\n\
-         Keep the password and the vault: without both, nothing in the store can be read.\n\
-         Note: the file vault is a stand-in. On an SSD or a copy-on-write or journaling file\n\
-         system, old copies of the vault file may survive its overwrites (docs/THREAT_MODEL.md).\n",
+         Keep the password and the vault: without both, nothing in the store can be read.\n{note}",
         g.store.display(),
         ui::size(u64::from(cell_size)),
         store.epoch(),
-        g.vault.display(),
+        g.vault_shown.display(),
         kdf_memory_mib,
         kdf_iterations,
     ))
@@ -107,17 +116,7 @@ pub fn commit(g: &Global) -> Result<String, Failure> {
 
 /// `oubli status [--json]`.
 pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
-    let report = match g.control("status")? {
-        Some(reply) => {
-            let text = reply.map_err(|e| g.control_failure(e))?;
-            serde_json::from_str(&text)
-                .map_err(|e| g.control_failure(format!("unreadable status reply: {e}")))?
-        }
-        None => {
-            let session = g.open(Access::Read)?;
-            status_report(&session.store, &g.store, false).map_err(|e| g.fail(e))?
-        }
-    };
+    let report = crate::vault_cmd::report(g)?;
     if json {
         return Ok(serde_json::to_string_pretty(&report).expect("plain data") + "\n");
     }
@@ -197,6 +196,9 @@ fn render_status(r: &StatusReport) -> String {
         r.provider,
         policy,
     );
+    if let Some(w) = &r.wear {
+        out.push_str(&crate::vault_cmd::render_wear(w));
+    }
     if let Some(e) = &r.last_commit_error {
         out.push_str(&format!(
             "WARNING      the last automatic commit failed ({e}); the epoch stays open and erasure is delayed until a commit succeeds\n"

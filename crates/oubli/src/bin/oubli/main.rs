@@ -13,6 +13,7 @@ mod password;
 mod serve;
 mod session;
 mod ui;
+mod vault_cmd;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;
@@ -45,12 +46,22 @@ struct Cli {
     /// The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
     #[arg(long, global = true, env = "OUBLI_STORE", value_name = "PATH")]
     store: Option<PathBuf>,
-    /// The vault file [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]
-    #[arg(long, global = true, env = "OUBLI_VAULT", value_name = "PATH")]
+    /// The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]
+    #[arg(long, global = true, env = "OUBLI_VAULT", value_name = "ADDRESS")]
     vault: Option<PathBuf>,
     /// Read the vault password from the first line of FILE
     #[arg(long, global = true, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    /// What mount and serve do when the vault cannot take a commit
+    #[arg(
+        long,
+        global = true,
+        env = "OUBLI_ON_VAULT_FAILURE",
+        value_name = "POLICY",
+        value_enum,
+        default_value = "keep-open"
+    )]
+    on_vault_failure: session::OnVaultFailure,
     #[command(subcommand)]
     command: Command,
 }
@@ -136,6 +147,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Mount the store as a file system (FUSE) in which rm, truncate and overwrite erase at the next commit
     Mount(mount::MountArgs),
+    /// Show the vault, change its password, or move the store to another vault
+    #[command(subcommand)]
+    Vault(vault_cmd::VaultCommand),
     /// Unmount a mounted store: commits, so that everything deleted is unrecoverable
     Umount(mount::UmountArgs),
 }
@@ -153,11 +167,12 @@ pub fn emit(text: &str) -> Result<(), Failure> {
 }
 
 fn run(cli: Cli) -> Result<String, Failure> {
-    let g = Global {
-        store: session::absolute(&cli.store.unwrap_or_else(session::default_store)),
-        vault: session::absolute(&cli.vault.unwrap_or_else(session::default_vault)),
-        password_file: cli.password_file,
-    };
+    let g = Global::new(
+        cli.store,
+        cli.vault,
+        cli.password_file,
+        cli.on_vault_failure,
+    );
     match cli.command {
         Command::Init {
             cell_size,
@@ -180,6 +195,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Serve(args) => serve::serve(&g, args),
         Command::Mount(args) => mount::mount(&g, args),
         Command::Umount(args) => mount::umount(&g, args),
+        Command::Vault(command) => vault_cmd::run(&g, command),
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
-use oubli::{exit, Options, Store};
+use oubli::{exit, Store};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -167,11 +167,7 @@ fn serve(
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     drop(password);
     let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
-    let options = Options {
-        provider,
-        policy: opts.store_policy(),
-        ..Options::default()
-    };
+    let options = g.long_running_options(&provider, opts.store_policy());
     let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
 
     let stop = Arc::new(AtomicBool::new(false));

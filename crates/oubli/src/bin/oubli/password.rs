@@ -35,6 +35,38 @@ pub fn obtain(file: Option<&Path>, vault: &Path, purpose: Purpose) -> Result<Sec
     Ok(password)
 }
 
+/// Environment variable holding the new password for `oubli vault passwd`
+/// and `oubli vault move` (after `--new-password-file`, before the terminal).
+pub const NEW_PASSWORD_ENV: &str = "OUBLI_NEW_PASSWORD";
+
+/// Gets a new password: `file`, else `$OUBLI_NEW_PASSWORD`, else asked twice
+/// on the terminal. Empty passwords are refused.
+pub fn obtain_new(file: Option<&Path>, vault: &Path) -> Result<SecretBytes, Failure> {
+    let password = if let Some(file) = file {
+        from_file(file)?
+    } else if let Some(value) = std::env::var_os(NEW_PASSWORD_ENV) {
+        SecretBytes::new(value.into_encoded_bytes())
+    } else {
+        prompt(vault, Purpose::Create).map_err(|f| {
+            if f.message.starts_with("no password given") {
+                Failure::new(
+                    exit::USAGE,
+                    "no new password given and no terminal to ask for one",
+                    format!("pass --new-password-file FILE or set {NEW_PASSWORD_ENV}"),
+                )
+            } else {
+                f
+            }
+        })?
+    };
+    if password.expose().is_empty() {
+        return Err(Failure::usage(
+            "the new vault password is empty; an empty password protects nothing",
+        ));
+    }
+    Ok(password)
+}
+
 /// The first line of `path`, without its line ending.
 fn from_file(path: &Path) -> Result<SecretBytes, Failure> {
     let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| {

@@ -7,7 +7,7 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
-use oubli::{EpochPolicy, Options, Store};
+use oubli::{EpochPolicy, Store};
 use oubli_nbd::{Endpoint, ServerConfig};
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -97,11 +97,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     drop(password);
     let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
-    let options = Options {
-        provider,
-        policy,
-        ..Options::default()
-    };
+    let options = g.long_running_options(&provider, policy);
     let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
 
     let export = match oubli_nbd::lookup_export(&store, &a.export).map_err(|e| g.fail(e))? {

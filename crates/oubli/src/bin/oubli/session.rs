@@ -1,10 +1,12 @@
-//! Opening the store for one command: default paths, the store lock, the password, the vault.
+//! Opening the store for one command: default paths, vault addresses, the store lock, the password, the vault.
 
 use crate::failure::{Failure, Places};
 use crate::password::{self, Purpose};
+use oubli::crates::core::VaultFailurePolicy;
+use oubli::crates::vault::Pkcs11Uri;
 use oubli::{
-    CryptoProvider, EpochPolicy, Error, FileVault, Options, RingProvider, SecretBytes, Store,
-    Vault, VaultError, DIR_MARKER,
+    CryptoProvider, EpochPolicy, Error, Options, RingProvider, SecretBytes, Store, Vault,
+    VaultError, VaultLocation, DIR_MARKER,
 };
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -25,8 +27,65 @@ pub enum Access {
 /// The global options, resolved.
 pub struct Global {
     pub store: PathBuf,
+    /// The vault's address: an absolute path for a file vault, else the
+    /// `tpm:` or `pkcs11:` address as given (it may hold a PIN).
     pub vault: PathBuf,
+    /// The address as it may be printed: without `pin-value`.
+    pub vault_shown: PathBuf,
     pub password_file: Option<PathBuf>,
+    /// What long-running commands (mount, serve) do when the vault fails a commit.
+    pub vault_failure: VaultFailurePolicy,
+}
+
+/// `--on-vault-failure`: what a long-running command does when the vault
+/// cannot take a commit (see `VaultFailurePolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnVaultFailure {
+    /// Keep the epoch open, go on writing, retry the commit later
+    KeepOpen,
+    /// Refuse changes until a commit succeeds
+    RefuseWrites,
+}
+
+impl From<OnVaultFailure> for VaultFailurePolicy {
+    fn from(v: OnVaultFailure) -> Self {
+        match v {
+            OnVaultFailure::KeepOpen => VaultFailurePolicy::KeepEpochOpen,
+            OnVaultFailure::RefuseWrites => VaultFailurePolicy::RefuseWrites,
+        }
+    }
+}
+
+/// Resolves `--vault` / `OUBLI_VAULT`: a file vault's path is made absolute
+/// (after an optional `file:`), hardware addresses are kept as given.
+pub fn vault_address(given: Option<PathBuf>) -> PathBuf {
+    let given = given.unwrap_or_else(default_vault);
+    match given.to_str().map(VaultLocation::parse) {
+        Some(Ok(VaultLocation::File(path))) => absolute(&path),
+        Some(Ok(_)) => given,
+        // Not UTF-8 (only a path can be) or empty: let opening report it.
+        _ => absolute(&given),
+    }
+}
+
+/// A vault address fit for messages: a PKCS#11 URI loses its `pin-value`.
+pub fn shown(address: &Path) -> String {
+    let text = address.to_string_lossy();
+    match VaultLocation::parse(&text) {
+        Ok(VaultLocation::Pkcs11(uri)) => match Pkcs11Uri::parse(&uri) {
+            Ok(parsed) => parsed.redacted(),
+            Err(_) => "pkcs11:(unreadable URI)".into(),
+        },
+        _ => text.into_owned(),
+    }
+}
+
+/// Whether `address` names a file vault.
+pub fn is_file_vault(address: &Path) -> bool {
+    matches!(
+        address.to_str().map(VaultLocation::parse),
+        Some(Ok(VaultLocation::File(_))) | None
+    )
 }
 
 /// An open store with what the commands need beside it.
@@ -71,10 +130,27 @@ pub fn provider() -> Arc<dyn CryptoProvider> {
 }
 
 impl Global {
+    /// Resolves the global options.
+    pub fn new(
+        store: Option<PathBuf>,
+        vault: Option<PathBuf>,
+        password_file: Option<PathBuf>,
+        on_vault_failure: OnVaultFailure,
+    ) -> Global {
+        let vault = vault_address(vault);
+        Global {
+            store: absolute(&store.unwrap_or_else(default_store)),
+            vault_shown: PathBuf::from(shown(&vault)),
+            vault,
+            password_file,
+            vault_failure: on_vault_failure.into(),
+        }
+    }
+
     pub fn places(&self) -> Places<'_> {
         Places {
             store: &self.store,
-            vault: &self.vault,
+            vault: &self.vault_shown,
         }
     }
 
@@ -159,29 +235,65 @@ impl Global {
         }
     }
 
-    /// Gets the password, once the vault file is known to exist: a missing
+    /// Gets the password, once a file vault is known to exist: a missing
     /// vault is reported as such rather than after a useless prompt.
+    /// (Whether a TPM or token holds a vault is known only once opened.)
     pub fn password(&self) -> Result<SecretBytes, Failure> {
-        if !self.vault.exists() {
+        if is_file_vault(&self.vault) && !self.vault.exists() {
             return Err(self.fail(Error::Vault(VaultError::Missing(
-                self.vault.display().to_string(),
+                self.vault_shown.display().to_string(),
             ))));
         }
-        password::obtain(self.password_file.as_deref(), &self.vault, Purpose::Open)
+        password::obtain(
+            self.password_file.as_deref(),
+            &self.vault_shown,
+            Purpose::Open,
+        )
     }
 
-    /// Opens the file vault at `path` (the store's, or an old copy of it).
+    /// Opens the vault at `address` (the store's, or an old copy of a file
+    /// vault): a file path, `tpm:...` or `pkcs11:...`.
     pub fn open_vault_at(
         &self,
-        path: &Path,
+        address: &Path,
         password: &SecretBytes,
         provider: &Arc<dyn CryptoProvider>,
-    ) -> Result<FileVault, Failure> {
+    ) -> Result<Box<dyn Vault>, Failure> {
+        let shown = PathBuf::from(shown(address));
         let places = Places {
             store: &self.store,
-            vault: path,
+            vault: &shown,
         };
-        FileVault::open(path, password, provider.clone()).map_err(|e| places.fail(Error::Vault(e)))
+        let Some(text) = address.to_str() else {
+            // Only a path can be non-UTF-8.
+            return oubli::FileVault::open(address, password, provider.clone())
+                .map(|v| Box::new(v) as Box<dyn Vault>)
+                .map_err(|e| places.fail(Error::Vault(e)));
+        };
+        let location = if is_file_vault(address) && !text.starts_with("file:") {
+            // A path such as `tpm:x` relative to the working directory was
+            // made absolute by `vault_address`; keep it a path.
+            format!("file:{text}")
+        } else {
+            text.to_string()
+        };
+        oubli::open_vault(&location, password, provider.clone())
+            .map_err(|e| places.fail(Error::Vault(e)))
+    }
+
+    /// Options for a long-running command (mount, serve): `policy` and
+    /// the `--on-vault-failure` choice.
+    pub fn long_running_options(
+        &self,
+        provider: &Arc<dyn CryptoProvider>,
+        policy: EpochPolicy,
+    ) -> Options {
+        Options {
+            provider: provider.clone(),
+            policy,
+            vault_failure: self.vault_failure,
+            ..Options::default()
+        }
     }
 
     /// Locks and opens the store for one command. The epoch policy is

@@ -130,11 +130,25 @@ pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
     }
     opts.space_from = Some(g.store.clone());
     let mountpoint = session::absolute(&a.mountpoint);
-    if !mountpoint.is_dir() {
-        return Err(Failure::usage(format!(
-            "mount point {} is not a directory",
-            mountpoint.display()
-        )));
+    match std::fs::metadata(&mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        // A mount whose process died answers ENOTCONN until it is unmounted.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(Failure::new(
+                exit::BUSY,
+                format!(
+                    "{} is still mounted by a process that ended",
+                    mountpoint.display()
+                ),
+                format!("unmount it first: oubli umount {}", mountpoint.display()),
+            ))
+        }
+        _ => {
+            return Err(Failure::usage(format!(
+                "mount point {} is not a directory",
+                mountpoint.display()
+            )))
+        }
     }
     oubli_fuse::check_fuse().map_err(|e| {
         Failure::new(

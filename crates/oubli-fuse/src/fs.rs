@@ -622,12 +622,7 @@ impl Fs {
             k @ (S_IFREG | libc::S_IFIFO | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFSOCK) => k,
             _ => return Err(Errno::EINVAL),
         };
-        let mut attr = Attr::new(
-            kind | (mode & 0o7777 & !umask),
-            caller.uid,
-            caller.gid,
-            Timestamp::now(),
-        );
+        let mut attr = created_attr(kind, mode, umask, caller);
         attr.rdev = rdev;
         self.new_child(parent, name, attr, 0)
     }
@@ -640,12 +635,7 @@ impl Fs {
         umask: u32,
         caller: Caller,
     ) -> R<FileAttr> {
-        let attr = Attr::new(
-            S_IFDIR | (mode & 0o7777 & !umask),
-            caller.uid,
-            caller.gid,
-            Timestamp::now(),
-        );
+        let attr = created_attr(S_IFDIR, mode, umask, caller);
         self.new_child(parent, name, attr, 0)
     }
 
@@ -672,12 +662,7 @@ impl Fs {
         umask: u32,
         caller: Caller,
     ) -> R<FileAttr> {
-        let attr = Attr::new(
-            S_IFREG | (mode & 0o7777 & !umask),
-            caller.uid,
-            caller.gid,
-            Timestamp::now(),
-        );
+        let attr = created_attr(S_IFREG, mode, umask, caller);
         self.new_child(parent, name, attr, 1)
     }
 
@@ -1531,6 +1516,17 @@ fn host_space(path: &std::path::Path) -> Option<(u64, u64, u64)> {
     let s = unsafe { s.assume_init() };
     let f = s.f_frsize;
     Some((s.f_blocks * f, s.f_bfree * f, s.f_bavail * f))
+}
+
+/// Attributes of a node the caller creates: the file type, the requested
+/// permission bits less the umask, the caller as owner, all times now.
+fn created_attr(kind: u32, mode: u32, umask: u32, caller: Caller) -> Attr {
+    Attr::new(
+        kind | (mode & 0o7777 & !umask),
+        caller.uid,
+        caller.gid,
+        Timestamp::now(),
+    )
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use crate::medium::Medium;
 use crate::superblock;
 use crate::tree::{Child, Node, NodePtr, NodeSource, Value};
 use crate::vault::VaultRecord;
+use oubli_crypto::PlainBuf;
 use oubli_crypto::{CryptoProvider, KeyScheme};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use zeroize::Zeroizing;
 
 /// Where a recovered unit was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,7 +33,7 @@ pub struct Recovered {
     pub start: u32,
     pub addr: u64,
     pub source: Source,
-    pub plaintext: Zeroizing<Vec<u8>>,
+    pub plaintext: PlainBuf,
     /// The unit's key reference: identifies the unit wherever it was copied.
     pub(crate) key: oubli_crypto::KeyRef,
 }

@@ -11,7 +11,8 @@ use crate::tree::{
 };
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
 use oubli_crypto::{
-    CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, RingProvider, SecretKey, TAG_LEN,
+    wipe, CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, PlainBuf, RingProvider,
+    SecretKey, TAG_LEN,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -280,7 +281,7 @@ fn open_cell_unit(
     oid: u64,
     cell: u64,
     c: &CellRef,
-) -> Result<Zeroizing<Vec<u8>>> {
+) -> Result<PlainBuf> {
     let key = scheme.resolve(&c.key);
     open_unit(
         medium,
@@ -302,14 +303,15 @@ pub(crate) fn open_unit(
     sealed_len: u64,
     aad: &[u8],
     what: &dyn Fn() -> String,
-) -> Result<Zeroizing<Vec<u8>>> {
-    let mut buf = Zeroizing::new(vec![0u8; sealed_len as usize]);
+) -> Result<PlainBuf> {
+    let mut buf = PlainBuf::zeroed(sealed_len as usize);
     medium
         .read(addr_segment(at), addr_offset(at) as u64, &mut buf)
         .map_err(|e| read_error(&what(), e))?;
-    provider
-        .open(key, aad, &mut buf)
+    let len = provider
+        .open_in_place(key, aad, &mut buf)
         .map_err(|_| Error::Corrupt(what()))?;
+    buf.truncate(len);
     Ok(buf)
 }
 
@@ -348,10 +350,18 @@ impl NodeSource for Ctx {
     }
 }
 
+/// The opened old content of a cell a write merges into, read before the
+/// engine lock was taken; used only if the tree still points at `addr`.
+struct Prefetched {
+    cell: u64,
+    addr: u64,
+    plain: PlainBuf,
+}
+
 /// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())` of the cell.
 struct DirtyCell {
     start: u32,
-    data: Zeroizing<Vec<u8>>,
+    data: PlainBuf,
 }
 
 #[derive(Default)]
@@ -693,8 +703,46 @@ impl Store {
     /// bytes of an overwritten range are erased at the next commit.
     pub fn write(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
         let sealed = self.seal_whole_cells(oid, offset, data);
+        let mut prefetched = Vec::new();
         let mut e = self.lock();
-        e.write(oid, offset, data, sealed)?;
+        // The old content of a partly overwritten cell (at most the first and
+        // the last of the write) is read and opened without the lock, so
+        // writers to other cells and readers go on meanwhile. A writer that
+        // replaces the cell in between makes the merge read it again, under
+        // the lock; one retry here keeps that rare.
+        for _ in 0..2 {
+            let wanted = e.cells_to_merge(oid, offset, data.len() as u64, &prefetched)?;
+            if wanted.is_empty() {
+                break;
+            }
+            let guard = self
+                .shared
+                .io_guard
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            drop(e);
+            let sh = &self.shared;
+            for (cell, c) in wanted {
+                let plain = open_cell_unit(
+                    &*sh.medium,
+                    &*sh.provider,
+                    &*sh.scheme,
+                    sh.cell_size,
+                    oid,
+                    cell,
+                    &c,
+                )?;
+                prefetched.retain(|p: &Prefetched| p.cell != cell);
+                prefetched.push(Prefetched {
+                    cell,
+                    addr: c.addr,
+                    plain,
+                });
+            }
+            drop(guard);
+            e = self.lock();
+        }
+        e.write(oid, offset, data, sealed, &mut prefetched)?;
         e.maybe_commit();
         Ok(())
     }
@@ -792,19 +840,21 @@ impl Store {
                         .map_err(|_| corrupt())?;
                     continue;
                 }
-                // A unit cut by the ends of the read: opened here, wiped after.
-                let mut whole = Zeroizing::new(sealed.to_vec());
-                let len = sh
-                    .provider
-                    .open_in_place(&key, &aad, &mut whole)
-                    .map_err(|_| corrupt())?;
+                // A unit cut by the ends of the read: opened where it lies
+                // in the read buffer, copied out, and wiped there.
+                let opened = sh.provider.open_in_place(&key, &aad, sealed);
+                let Ok(len) = opened else {
+                    wipe(sealed);
+                    return Err(corrupt());
+                };
                 let lo = dst.max(0);
                 let hi = (dst + len as i64).min(out.len() as i64);
                 if lo < hi {
                     let src = (lo - dst) as usize;
                     out[lo as usize..hi as usize]
-                        .copy_from_slice(&whole[src..src + (hi - lo) as usize]);
+                        .copy_from_slice(&sealed[src..src + (hi - lo) as usize]);
                 }
+                wipe(sealed);
             }
             i = j;
         }
@@ -1450,7 +1500,7 @@ impl Engine {
 
     // --- data path -------------------------------------------------------
 
-    fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<Zeroizing<Vec<u8>>> {
+    fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<PlainBuf> {
         open_cell_unit(
             &*self.ctx.medium,
             &*self.ctx.provider,
@@ -1463,9 +1513,9 @@ impl Engine {
     }
 
     /// The current content of a cell as (start, bytes): buffered, or read from the tree.
-    fn cell_content(&self, oid: u64, cell: u64) -> Result<Option<(u32, Zeroizing<Vec<u8>>)>> {
+    fn cell_content(&self, oid: u64, cell: u64) -> Result<Option<(u32, PlainBuf)>> {
         if let Some(d) = self.dirty.get(&(oid, cell)) {
-            return Ok(Some((d.start, d.data.clone())));
+            return Ok(Some((d.start, PlainBuf::copy_of(&d.data))));
         }
         match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
             Some(Value::Cell(c)) => Ok(Some((c.start, self.read_cell(oid, cell, &c)?))),
@@ -1473,7 +1523,7 @@ impl Engine {
         }
     }
 
-    fn set_dirty(&mut self, oid: u64, cell: u64, start: u32, data: Zeroizing<Vec<u8>>) {
+    fn set_dirty(&mut self, oid: u64, cell: u64, start: u32, data: PlainBuf) {
         self.dirty_bytes += data.len();
         if let Some(old) = self.dirty.insert((oid, cell), DirtyCell { start, data }) {
             self.dirty_bytes -= old.data.len();
@@ -1587,6 +1637,7 @@ impl Engine {
         offset: u64,
         data: &[u8],
         sealed: Option<SealedRun>,
+        prefetched: &mut Vec<Prefetched>,
     ) -> Result<()> {
         self.mutable()?;
         let mut record = self.record(oid)?;
@@ -1613,27 +1664,7 @@ impl Engine {
                 self.put_run(oid, run)?;
                 continue;
             }
-            let (start, bytes) = {
-                let (old_start, old) = self
-                    .cell_content(oid, cell)?
-                    .unwrap_or((from, Zeroizing::new(Vec::new())));
-                // The new content spans both the old range and the write (gaps are zeros).
-                let old_end = old_start + old.len() as u32;
-                let (s, e) = if old.is_empty() {
-                    (from, from + n)
-                } else {
-                    (old_start.min(from), old_end.max(from + n))
-                };
-                let mut merged = Zeroizing::new(vec![0u8; (e - s) as usize]);
-                merged[(old_start.max(s) - s) as usize..][..old.len()].copy_from_slice(&old);
-                merged[(from - s) as usize..][..n as usize].copy_from_slice(chunk);
-                (s, merged)
-            };
-            let full = start == 0 && bytes.len() as u64 == cs;
-            self.set_dirty(oid, cell, start, bytes);
-            if full {
-                self.write_out(oid, cell)?;
-            }
+            self.merge_into_cell(oid, cell, from, chunk, prefetched)?;
             pos += n as u64;
         }
         if end > record.size {
@@ -1644,6 +1675,107 @@ impl Engine {
         self.stats.bytes_written += data.len() as u64;
         if self.dirty_bytes > WRITE_BUFFER_MAX {
             self.write_out_all()?;
+        }
+        Ok(())
+    }
+
+    /// The cells a write of `len` bytes at `offset` only partly covers whose
+    /// old content the merge needs: in the tree, not buffered, not wholly
+    /// inside the write, and not among `prefetched` already.
+    fn cells_to_merge(
+        &self,
+        oid: u64,
+        offset: u64,
+        len: u64,
+        prefetched: &[Prefetched],
+    ) -> Result<Vec<(u64, CellRef)>> {
+        let cs = self.cell_size as u64;
+        let end = offset.saturating_add(len);
+        if len == 0 || self.tree.get(&object_key(oid), &self.ctx)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut edges = vec![offset / cs];
+        if (end - 1) / cs != offset / cs {
+            edges.push((end - 1) / cs);
+        }
+        let mut wanted = Vec::new();
+        for cell in edges {
+            let from = offset.max(cell * cs) - cell * cs;
+            let to = end.min((cell + 1) * cs) - cell * cs;
+            if (from == 0 && to == cs) || self.dirty.contains_key(&(oid, cell)) {
+                continue;
+            }
+            if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+                let covered = from <= c.start as u64 && c.start as u64 + c.len as u64 <= to;
+                let have = prefetched
+                    .iter()
+                    .any(|p| p.cell == cell && p.addr == c.addr);
+                if !covered && !have {
+                    wanted.push((cell, c));
+                }
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Writes `chunk` at byte `from` of a cell: into its buffered content in
+    /// place when it fits there, else merged with the cell's old content (the
+    /// new content spans both ranges; gaps are zeros) and buffered. A cell
+    /// that becomes whole is sealed at once.
+    fn merge_into_cell(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        from: u32,
+        chunk: &[u8],
+        prefetched: &mut Vec<Prefetched>,
+    ) -> Result<()> {
+        let to = from + chunk.len() as u32;
+        if let Some(d) = self.dirty.get_mut(&(oid, cell)) {
+            if d.start <= from && to as usize <= d.start as usize + d.data.len() {
+                let at = (from - d.start) as usize;
+                d.data[at..at + chunk.len()].copy_from_slice(chunk);
+                return Ok(());
+            }
+        }
+        let old = match self.take_dirty(oid, cell) {
+            Some(d) => Some((d.start, d.data)),
+            None => match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+                // Wholly overwritten: the old bytes are not needed.
+                Some(Value::Cell(c)) if from <= c.start && c.start + c.len <= to => None,
+                Some(Value::Cell(c)) => {
+                    let at = prefetched
+                        .iter()
+                        .position(|p| p.cell == cell && p.addr == c.addr);
+                    let plain = match at {
+                        Some(i) => prefetched.swap_remove(i).plain,
+                        None => self.read_cell(oid, cell, &c)?,
+                    };
+                    Some((c.start, plain))
+                }
+                _ => None,
+            },
+        };
+        let (start, bytes) = match old {
+            Some((old_start, mut old)) if !old.is_empty() => {
+                let old_end = old_start + old.len() as u32;
+                if old_start <= from && to <= old_end {
+                    old[(from - old_start) as usize..][..chunk.len()].copy_from_slice(chunk);
+                    (old_start, old)
+                } else {
+                    let (s, e) = (old_start.min(from), old_end.max(to));
+                    let mut merged = PlainBuf::zeroed((e - s) as usize);
+                    merged[(old_start - s) as usize..][..old.len()].copy_from_slice(&old);
+                    merged[(from - s) as usize..][..chunk.len()].copy_from_slice(chunk);
+                    (s, merged)
+                }
+            }
+            _ => (from, PlainBuf::copy_of(chunk)),
+        };
+        let full = start == 0 && bytes.len() as u64 == self.cell_size as u64;
+        self.set_dirty(oid, cell, start, bytes);
+        if full {
+            self.write_out(oid, cell)?;
         }
         Ok(())
     }
@@ -1708,7 +1840,7 @@ impl Engine {
         for i in zero_from.max(s)..zero_to.min(e) {
             bytes[(i - start) as usize] = 0;
         }
-        let kept = Zeroizing::new(bytes[(s - start) as usize..(e - start) as usize].to_vec());
+        let kept = PlainBuf::copy_of(&bytes[(s - start) as usize..(e - start) as usize]);
         self.set_dirty(oid, cell, s, kept);
         // Seal now: the old unit (with the removed bytes) must leave the tree
         // before the next commit, and an unflushed buffer is not in the tree.

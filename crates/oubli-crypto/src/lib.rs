@@ -23,4 +23,4 @@ mod deterministic;
 pub use deterministic::DeterministicProvider;
 pub use provider::{AuthError, CryptoProvider, RingProvider, TAG_LEN};
 pub use scheme::{KeyRef, KeyScheme, ParentPointerScheme, KEY_REF_LEN};
-pub use secret::{SecretBytes, SecretKey, KEY_LEN};
+pub use secret::{wipe, PlainBuf, SecretBytes, SecretKey, KEY_LEN};

@@ -65,3 +65,69 @@ fn readers_and_writers_race_commits_and_the_cleaner() {
     stop.store(true, Ordering::Relaxed);
     assert!(maintainer.join().unwrap() > 0);
 }
+
+/// Writers share the cells of one object, each owning its own slice of every
+/// cell, while another thread flushes (so cells keep turning from buffered to
+/// sealed) and commits. A write that merged into a stale copy of a cell (one
+/// opened before another writer replaced it) would lose that writer's bytes.
+#[test]
+fn writers_sharing_cells_lose_nothing() {
+    const THREADS: u64 = 4;
+    const CELLS: u64 = 2;
+    let cell = harness::TEST_CELL as u64;
+    let slice = cell / THREADS;
+    let options = harness::options(5);
+    let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
+    let (store, _vault) = harness::create(medium as Arc<dyn Medium>, &options);
+    let store = Arc::new(store);
+    let oid = store.create_object(b"").unwrap();
+    store
+        .write(oid, 0, &vec![0xee; (CELLS * cell) as usize])
+        .unwrap();
+    store.flush().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                store.flush().unwrap();
+                if rounds.is_multiple_of(16) {
+                    store.commit().unwrap();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let writers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(100 + t);
+                let mut last = vec![None; CELLS as usize];
+                for i in 0..10_000u64 {
+                    let c = rng.below(CELLS);
+                    let data = marker::data(t << 32 | i, slice as usize);
+                    store.write(oid, c * cell + t * slice, &data).unwrap();
+                    last[c as usize] = Some(data);
+                }
+                last
+            })
+        })
+        .collect();
+    let last: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    assert!(flusher.join().unwrap() > 0);
+    let whole = store.read(oid, 0, (CELLS * cell) as usize).unwrap();
+    for (t, cells) in last.iter().enumerate() {
+        for (c, data) in cells.iter().enumerate() {
+            let at = (c as u64 * cell + t as u64 * slice) as usize;
+            let want = data.clone().unwrap_or_else(|| vec![0xee; slice as usize]);
+            assert!(
+                whole[at..at + slice as usize] == want[..],
+                "thread {t}'s slice of cell {c} lost its last write"
+            );
+        }
+    }
+}

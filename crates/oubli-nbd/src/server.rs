@@ -2,8 +2,12 @@
 //!
 //! Every byte decision is made by the sans-IO parts ([`crate::handshake`],
 //! [`crate::request`], [`crate::reply`]); this module only moves bytes and
-//! calls the store. Replies are sent in request order, one request at a
-//! time per connection; connections run in parallel on the shared store.
+//! calls the store. Each connection has a reader that takes requests off the
+//! wire and a few workers that carry them out, so a client with a queue
+//! depth above one keeps both the cores and the medium busy; replies go out
+//! as requests finish (NBD matches them by cookie), and a disconnect waits
+//! for the requests in flight. Connections run in parallel on the shared
+//! store.
 //!
 //! Deletion semantics: TRIM and WRITE_ZEROES without `NO_HOLE` punch a hole
 //! (`Store::punch_hole`), so the old bytes are erased at the next commit;
@@ -25,7 +29,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -56,6 +60,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Connections beyond this number are closed at once.
     pub max_connections: usize,
+    /// Requests of one connection carried out at the same time (1: strictly in order).
+    pub workers_per_connection: usize,
     pub log: Log,
 }
 
@@ -69,6 +75,7 @@ impl Default for ServerConfig {
             commit_on_shutdown: true,
             shutdown_grace: Duration::from_secs(5),
             max_connections: 128,
+            workers_per_connection: 4,
             log: stderr_log(),
         }
     }
@@ -610,19 +617,107 @@ fn errno_of(e: &Error) -> Errno {
     }
 }
 
-/// The transmission loop: one request at a time until DISC or end of input.
+/// Write payload bytes one connection may hold in flight before the reader
+/// waits (a single larger request still goes through, alone).
+const INFLIGHT_PAYLOAD: u64 = 64 << 20;
+
+/// A valid request taken off the wire, waiting for a worker.
+struct Job {
+    req: Request,
+    action: Action,
+    payload: Vec<u8>,
+}
+
+/// Counts the payload bytes in flight; the reader waits while there are too many.
+struct PayloadBudget {
+    in_flight: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl PayloadBudget {
+    fn take(&self, n: u64) {
+        let mut used = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        while *used > 0 && *used + n > INFLIGHT_PAYLOAD {
+            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += n;
+    }
+    fn give_back(&self, n: u64) {
+        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) -= n;
+        self.freed.notify_all();
+    }
+}
+
+/// The transmission phase until DISC or end of input: this thread reads and
+/// checks requests; `workers_per_connection` threads carry them out and reply.
 fn transmission(
     shared: &Shared,
     id: u64,
     neg: &Negotiated,
-    input: &mut impl Read,
+    input: &mut BufReader<impl Read>,
     out: &mut BufWriter<Stream>,
+) -> io::Result<()> {
+    let workers = shared.config.workers_per_connection.max(1);
+    let out = Mutex::new(out);
+    let budget = PayloadBudget {
+        in_flight: Mutex::new(0),
+        freed: Condvar::new(),
+    };
+    // The first reply that could not be sent: the connection is over.
+    let broken: Mutex<Option<io::Error>> = Mutex::new(None);
+    let reply = |req: &Request, result: Outcome| {
+        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = send_reply(shared, req, neg.structured, result, &mut out) {
+            let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
+            broken.get_or_insert(e);
+        }
+    };
+    let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
+    let queue = Mutex::new(queue);
+    let read_result = std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (queue, budget, reply) = (&queue, &budget, &reply);
+            scope.spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(job) = next else {
+                    return; // the reader is done and the queue is empty
+                };
+                let result = execute(shared, id, neg.export.id, job.action, &job.payload);
+                reply(&job.req, result);
+                budget.give_back(job.payload.len() as u64);
+            });
+        }
+        // Dropping `jobs` on return lets the workers finish the queue and stop.
+        read_requests(shared, id, neg, input, &budget, &reply, &broken, jobs)
+    });
+    // Every worker has finished and replied by now.
+    if let Some(e) = broken.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(e);
+    }
+    read_result?;
+    out.into_inner().unwrap_or_else(|e| e.into_inner()).flush()
+}
+
+/// The reader of [`transmission`]: takes requests off the wire, answers the
+/// invalid ones itself and queues the rest; returns at DISC or end of input.
+#[allow(clippy::too_many_arguments)]
+fn read_requests(
+    shared: &Shared,
+    id: u64,
+    neg: &Negotiated,
+    input: &mut BufReader<impl Read>,
+    budget: &PayloadBudget,
+    reply: &(dyn Fn(&Request, Outcome) + Sync),
+    broken: &Mutex<Option<io::Error>>,
+    jobs: mpsc::SyncSender<Job>,
 ) -> io::Result<()> {
     let oid = neg.export.id;
     let store = &shared.store;
     let mut header = [0u8; REQUEST_LEN];
-    let mut payload: Vec<u8> = Vec::new();
     loop {
+        if broken.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            return Ok(()); // the reply side failed; transmission reports it
+        }
         let got = read_full(input, &mut header)?;
         if got == 0 {
             return Ok(()); // the client closed between requests
@@ -640,13 +735,20 @@ fn transmission(
         shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         // The payload of a WRITE follows whatever is wrong with it: take it off the wire first.
         let plen = req.payload_len();
-        let payload_ok = plen <= MAX_PAYLOAD;
+        let mut payload = Vec::new();
         if plen > 0 {
-            if payload_ok {
+            if plen <= MAX_PAYLOAD {
+                budget.take(plen as u64);
                 payload.resize(plen as usize, 0);
-                let got = read_full(input, &mut payload)?;
-                if got < plen as usize {
-                    return Err(truncated("a write's data", got, plen as usize));
+                let got = read_full(input, &mut payload);
+                let short = match got {
+                    Ok(n) if n == plen as usize => None,
+                    Ok(n) => Some(truncated("a write's data", n, plen as usize)),
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = short {
+                    budget.give_back(plen as u64);
+                    return Err(e);
                 }
             } else {
                 let got = io::copy(&mut input.take(plen as u64), &mut io::sink())?;
@@ -669,25 +771,37 @@ fn transmission(
             structured: neg.structured,
             max_payload: MAX_PAYLOAD,
         };
-        let result = match check(&req, &limits) {
-            Ok(Action::Disconnect) => {
-                out.flush()?;
-                return Ok(());
+        match check(&req, &limits) {
+            // The caller waits for the requests in flight before it closes.
+            Ok(Action::Disconnect) => return Ok(()),
+            // Nothing more has arrived: the client waits for this reply (queue
+            // depth one), so the reader carries it out itself and spares
+            // two thread switches.
+            Ok(action) if input.buffer().is_empty() => {
+                let result = execute(shared, id, oid, action, &payload);
+                reply(&req, result);
+                budget.give_back(payload.len() as u64);
             }
-            Ok(action) => execute(shared, id, oid, action, &payload),
+            Ok(action) => {
+                let job = Job {
+                    req,
+                    action,
+                    payload,
+                };
+                if jobs.send(job).is_err() {
+                    return Ok(()); // no worker left: only after a panic
+                }
+            }
             Err(errno) => {
+                budget.give_back(payload.len() as u64);
                 shared.log(&format!(
                     "connection {id}: refused {} ({}): {errno}",
                     describe(&req),
                     reason(&req, &limits, errno)
                 ));
-                Err((errno, format!("request refused: {errno}")))
+                reply(&req, Err((errno, format!("request refused: {errno}"))));
             }
-        };
-        if plen > 0 && payload.capacity() > 4 << 20 {
-            payload = Vec::new(); // do not keep a 32 MiB buffer for an idle connection
         }
-        send_reply(shared, &req, neg.structured, result, out)?;
     }
 }
 

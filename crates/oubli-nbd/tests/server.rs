@@ -280,3 +280,64 @@ fn shrinking_under_a_connected_client() {
     assert!(c.read(0, 1).is_err());
     c.disconnect();
 }
+
+/// A client with many requests in flight (queue depth 32, as fio and qemu
+/// use): every request gets exactly one reply, matched by cookie, reads see
+/// the writes acknowledged before them, and a DISC sent right behind a burst
+/// of writes still lets every one of them finish.
+#[test]
+fn pipelined_requests_each_get_their_reply_and_disc_waits_for_them() {
+    const DEPTH: u64 = 32;
+    const LEN: u32 = 12 * 1024; // not a multiple of the cell: exercises merges
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 8 * MIB).unwrap();
+    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let data = |i: u64| {
+        let mut d = vec![0u8; LEN as usize];
+        fill_random(7000 + i, &mut d);
+        d
+    };
+    // Disjoint regions at odd offsets, most of them straddling two cells.
+    let at = |i: u64| i * 100_003;
+    let mut c = RawClient::connect(&served.socket, "disk", true);
+    let writes: Vec<u64> = (0..DEPTH)
+        .map(|i| c.send(CMD_WRITE, 0, at(i), LEN, &data(i)))
+        .collect();
+    let mut replied = std::collections::HashSet::new();
+    for _ in 0..DEPTH {
+        let r = c.reply(None);
+        assert_eq!(r.error, 0);
+        assert!(writes.contains(&r.cookie) && replied.insert(r.cookie));
+    }
+    // Reads of regions whose writes were all acknowledged, all in flight at once.
+    let reads: std::collections::HashMap<u64, u64> = (0..DEPTH)
+        .map(|i| (c.send(CMD_READ, 0, at(i), LEN, &[]), i))
+        .collect();
+    for _ in 0..DEPTH {
+        let r = c.reply(None);
+        assert_eq!(r.error, 0);
+        let i = reads[&r.cookie];
+        assert!(r.data == data(i), "read {i} does not show its write");
+    }
+    c.disconnect();
+    // A burst of writes, then DISC at once: the server finishes them before it closes.
+    let mut c2 = RawClient::connect(&served.socket, "disk", false);
+    for i in 0..DEPTH {
+        c2.send(CMD_WRITE, 0, i * u64::from(LEN), LEN, &data(100 + i));
+    }
+    c2.send(CMD_DISC, 0, 0, 0, &[]);
+    let mut rest = Vec::new();
+    c2.s.read_to_end(&mut rest).unwrap();
+    assert_eq!(
+        rest.len(),
+        DEPTH as usize * 16,
+        "one simple reply per write"
+    );
+    let mut c3 = RawClient::connect(&served.socket, "disk", false);
+    for i in 0..DEPTH {
+        assert!(c3.read(i * u64::from(LEN), LEN).unwrap() == data(100 + i));
+    }
+    c3.disconnect();
+    served.shutdown();
+}

@@ -70,6 +70,46 @@ pub struct Options {
     pub node_cache_bytes: usize,
     /// What to do when the vault cannot take a commit.
     pub vault_failure: VaultFailurePolicy,
+    /// When the store reclaims space by itself.
+    pub cleaner: CleanerPolicy,
+}
+
+/// When the store runs the cleaner by itself: right after a commit its
+/// epoch policy triggered (never in a store committed only by hand), when
+/// dead bytes are both a large share and a large amount. A run holds the
+/// engine lock, so it copies a bounded amount of live data and costs two
+/// more commits (two vault writes: mind a TPM's endurance).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerPolicy {
+    /// Clean once dead bytes exceed this share of the medium's bytes...
+    pub dead_share: f64,
+    /// ...and this many bytes. `u64::MAX` turns the cleaner off.
+    pub min_dead_bytes: u64,
+    /// Segments whose live share is under this are emptied (their live units copied).
+    pub threshold: f64,
+    /// At most this many live bytes are copied per run; emptiest segments first.
+    pub max_move_bytes: u64,
+}
+
+impl Default for CleanerPolicy {
+    fn default() -> Self {
+        CleanerPolicy {
+            dead_share: 0.5,
+            min_dead_bytes: 256 << 20,
+            threshold: 0.5,
+            max_move_bytes: 128 << 20,
+        }
+    }
+}
+
+impl CleanerPolicy {
+    /// Never clean automatically (`oubli gc` still does).
+    pub fn off() -> Self {
+        CleanerPolicy {
+            min_dead_bytes: u64::MAX,
+            ..Self::default()
+        }
+    }
 }
 
 /// What the store does when the vault is unreachable at commit time
@@ -95,6 +135,7 @@ impl Default for Options {
             read_only: false,
             node_cache_bytes: 64 << 20,
             vault_failure: VaultFailurePolicy::default(),
+            cleaner: CleanerPolicy::default(),
         }
     }
 }
@@ -410,6 +451,7 @@ struct Engine {
     /// Segments to delete once the next commit has made them unreachable.
     doomed_segments: Vec<SegmentId>,
     vault_failure: VaultFailurePolicy,
+    cleaner: CleanerPolicy,
     /// Under [`VaultFailurePolicy::RefuseWrites`]: why and since when the
     /// vault could not take a commit.
     vault_down: Option<(String, std::time::Instant)>,
@@ -624,6 +666,7 @@ impl Store {
             last_commit_error: None,
             doomed_segments: Vec::new(),
             vault_failure: options.vault_failure,
+            cleaner: options.cleaner,
             vault_down: None,
         };
         let replayed = engine.replay_log()?;
@@ -1133,7 +1176,7 @@ impl Store {
 
     /// Reclaims segments whose live share is below `threshold` (0..=1), copying their live units.
     pub fn gc(&self, threshold: f64) -> Result<GcReport> {
-        self.lock().gc(threshold)
+        self.lock().gc(threshold, u64::MAX)
     }
 
     pub fn epoch(&self) -> u64 {
@@ -2109,8 +2152,50 @@ impl Engine {
             Ok(()) => self.last_commit_error = None,
             // Keep-the-epoch-open policy: nothing is lost, erasure is delayed,
             // the next trigger retries and `status` reports why.
-            Err(e) => self.last_commit_error = Some(e.to_string()),
+            Err(e) => {
+                self.last_commit_error = Some(e.to_string());
+                return;
+            }
         }
+        self.maybe_clean();
+    }
+
+    /// Runs the cleaner if the [`CleanerPolicy`] says so.
+    fn maybe_clean(&mut self) {
+        let policy = self.cleaner;
+        if policy.min_dead_bytes == u64::MAX {
+            return;
+        }
+        let total = match self.medium_bytes() {
+            Ok(t) => t,
+            Err(e) => {
+                self.last_commit_error = Some(format!("cleaner: {e}"));
+                return;
+            }
+        };
+        let dead = total.saturating_sub(self.live_bytes);
+        if dead < policy.min_dead_bytes || (dead as f64) < policy.dead_share * total as f64 {
+            return;
+        }
+        if let Err(e) = self.gc(policy.threshold, policy.max_move_bytes) {
+            self.last_commit_error = Some(format!("cleaner: {e}"));
+        }
+    }
+
+    /// The bytes in the medium's segments (a listing: once per epoch at most).
+    fn medium_bytes(&self) -> Result<u64> {
+        let mut total = 0;
+        let medium = &self.ctx.medium;
+        for s in medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?
+        {
+            total += medium
+                .segment_len(s)
+                .map_err(|e| Error::io("reading segment size", e))?
+                .unwrap_or(0);
+        }
+        Ok(total)
     }
 
     fn commit(&mut self) -> Result<()> {
@@ -2239,13 +2324,7 @@ impl Engine {
         let segments = medium
             .list_segments()
             .map_err(|e| Error::io("listing segments", e))?;
-        let mut medium_bytes = 0;
-        for s in &segments {
-            medium_bytes += medium
-                .segment_len(*s)
-                .map_err(|e| Error::io("reading segment size", e))?
-                .unwrap_or(0);
-        }
+        let medium_bytes = self.medium_bytes()?;
         let since = now_secs().saturating_sub(self.committed_at);
         Ok(Status {
             epoch: self.epoch,
@@ -2319,7 +2398,9 @@ impl Engine {
         Ok(report)
     }
 
-    fn gc(&mut self, threshold: f64) -> Result<GcReport> {
+    /// Cleans segments whose live share is under `threshold`, emptiest first,
+    /// copying at most about `max_move` live bytes.
+    fn gc(&mut self, threshold: f64, max_move: u64) -> Result<GcReport> {
         self.writable()?;
         // The in-memory tree must equal the committed one before segments
         // that only it leaves unreferenced may go.
@@ -2340,7 +2421,7 @@ impl Engine {
         })?;
         let current = self.data_segment.map(|(s, _)| s);
         let mut report = GcReport::default();
-        let mut victims = BTreeSet::new();
+        let mut candidates = Vec::new();
         let segments = self
             .ctx
             .medium
@@ -2366,9 +2447,19 @@ impl Engine {
                 report.segments_deleted += 1;
                 report.bytes_reclaimed += size;
             } else if (used as f64) < threshold * size as f64 {
-                victims.insert(seg);
-                report.bytes_reclaimed += size - used;
+                candidates.push((used as f64 / size as f64, seg, used, size));
             }
+        }
+        candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut victims = BTreeSet::new();
+        let mut to_move = 0u64;
+        for (_, seg, used, size) in candidates {
+            if !victims.is_empty() && to_move + used > max_move {
+                break;
+            }
+            to_move += used;
+            victims.insert(seg);
+            report.bytes_reclaimed += size - used;
         }
         if victims.is_empty() {
             return Ok(report);

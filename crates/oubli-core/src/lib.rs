@@ -25,8 +25,8 @@ mod vectors;
 
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
-    name_hash, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead, Status, Store,
-    VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
+    name_hash, CleanerPolicy, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead,
+    Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
 };
 pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};

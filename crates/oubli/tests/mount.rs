@@ -128,3 +128,56 @@ fn mount_errors() {
         .code(5);
     env.cmd().arg("umount").arg(&env.mnt).assert().code(1);
 }
+
+/// `oubli status MOUNTPOINT`, `oubli purge MOUNTPOINT` and `oubli umount`
+/// find the store from the mount table, without `--store`; a path that is
+/// not an oubli mount is a usage error.
+#[test]
+fn status_purge_and_umount_by_mount_point() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let mnt = env.dir.path().join("a mount point");
+    fs::create_dir(&mnt).unwrap();
+    env.cmd().arg("mount").arg(&mnt).assert().success();
+    fs::write(mnt.join("doomed"), b"secret").unwrap();
+    fs::remove_file(mnt.join("doomed")).unwrap();
+    let without_store = || {
+        let mut cmd = env.cmd();
+        cmd.env_remove("OUBLI_STORE");
+        cmd
+    };
+    without_store()
+        .args(["status", "--json"])
+        .arg(&mnt)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(env.store.to_str().unwrap()))
+        .stdout(predicate::str::contains("\"epoch\": 1"));
+    without_store()
+        .arg("purge")
+        .arg(&mnt)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("epoch 2 began"));
+    without_store()
+        .arg("status")
+        .arg(env.dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nothing is mounted"));
+    without_store()
+        .arg("status")
+        .arg("/proc")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not an oubli mount"));
+    without_store().arg("umount").arg(&mnt).assert().success();
+    // The unmount committed the store that was mounted, found without --store.
+    env.cmd()
+        .args(["status", "--json"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("\"epoch\": 3"));
+}

@@ -112,12 +112,17 @@ enum Command {
     },
     /// End the epoch now: everything deleted so far becomes unrecoverable
     #[command(visible_alias = "purge")]
-    Commit,
+    Commit {
+        /// A live `oubli mount`: commit the store mounted there (instead of --store)
+        mountpoint: Option<PathBuf>,
+    },
     /// Show the epoch, pending deletions, space and vault
     Status {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// A live `oubli mount`: the store mounted there (instead of --store)
+        mountpoint: Option<PathBuf>,
     },
     /// Reclaim space from segments that are mostly dead (commits)
     Gc {
@@ -183,8 +188,10 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Get { name, dst } => data::get(&g, &name, dst.as_deref()),
         Command::Rm { name, purge } => data::rm(&g, &name, purge),
         Command::Ls { long, json } => data::ls(&g, long, json),
-        Command::Commit => admin::commit(&g),
-        Command::Status { json } => admin::status(&g, json),
+        Command::Commit { mountpoint } => admin::commit(&g.at_mount(mountpoint.as_deref())?),
+        Command::Status { json, mountpoint } => {
+            admin::status(&g.at_mount(mountpoint.as_deref())?, json)
+        }
         Command::Gc { threshold } => admin::gc(&g, threshold),
         Command::Audit {
             with_copy,

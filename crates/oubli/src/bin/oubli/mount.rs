@@ -11,7 +11,7 @@ use crate::session::{self, Access, Global};
 use oubli::{exit, Store};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,6 +129,11 @@ pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
         opts.parse(o).map_err(Failure::usage)?;
     }
     opts.space_from = Some(g.store.clone());
+    if opts.fsname == oubli_fuse::MountOptions::default().fsname {
+        // Names the store in /proc/mounts, so that `oubli status MOUNTPOINT`,
+        // `oubli purge MOUNTPOINT` and `oubli umount` find it.
+        opts.fsname = format!("{FSNAME_PREFIX}{}", g.store.display());
+    }
     let mountpoint = session::absolute(&a.mountpoint);
     match std::fs::metadata(&mountpoint) {
         Ok(m) if m.is_dir() => {}
@@ -260,9 +265,67 @@ fn serve(
     ))
 }
 
-/// `oubli umount`: unmounts, then waits until the mount process of `--store` has committed and let go.
+/// The `fsname` of an `oubli mount` that did not set its own: this, then the store's path.
+const FSNAME_PREFIX: &str = "oubli:";
+
+/// The store served at `mountpoint`, read from the kernel's mount table:
+/// `Ok(None)` if no file system is mounted there, an error if another kind is.
+pub fn store_of_mount(mountpoint: &Path) -> Result<Option<PathBuf>, Failure> {
+    let mountpoint = session::absolute(mountpoint);
+    let table = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Failure::file("reading /proc/self/mountinfo", e))?;
+    // The last mount on the path is the one in view.
+    let Some((fstype, source)) = table.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let at = unescape_mount_field(left.split(' ').nth(4)?);
+        let mut right = right.split(' ');
+        let fstype = right.next()?.to_string();
+        let source = unescape_mount_field(right.next()?);
+        (Path::new(&at) == mountpoint).then_some((fstype, source))
+    }) else {
+        return Ok(None);
+    };
+    match source.strip_prefix(FSNAME_PREFIX) {
+        Some(store) if fstype.starts_with("fuse") => Ok(Some(PathBuf::from(store))),
+        _ if fstype == "fuse.oubli" => Err(Failure::usage(format!(
+            "{} is an oubli mount with its own fsname ({source}): name its store with --store",
+            mountpoint.display()
+        ))),
+        _ => Err(Failure::usage(format!(
+            "{} is not an oubli mount (it is {fstype} from {source})",
+            mountpoint.display()
+        ))),
+    }
+}
+
+/// Undoes the kernel's octal escapes (`\040` for a space) in /proc/self/mountinfo.
+fn unescape_mount_field(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `oubli umount`: unmounts, then waits until the mount process of its store has committed and let go.
 pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
     let mountpoint = session::absolute(&a.mountpoint);
+    // The store named in the mount table, else --store.
+    let g = &g.at_mount(Some(&mountpoint)).unwrap_or_else(|_| g.clone());
     let was_served = matches!(oubli::control::request(&g.store, "status"), Ok(Some(_)));
     // SAFETY: FFI call without arguments that cannot fail.
     let root = unsafe { libc::geteuid() } == 0;

@@ -25,6 +25,7 @@ pub enum Access {
 }
 
 /// The global options, resolved.
+#[derive(Clone)]
 pub struct Global {
     pub store: PathBuf,
     /// The vault's address: an absolute path for a file vault, else the
@@ -144,6 +145,24 @@ impl Global {
             vault,
             password_file,
             vault_failure: on_vault_failure.into(),
+        }
+    }
+
+    /// These options with the store of the `oubli mount` at `mountpoint`
+    /// (read from the mount table) in place of `--store`; unchanged for `None`.
+    pub fn at_mount(&self, mountpoint: Option<&Path>) -> Result<Global, Failure> {
+        let Some(at) = mountpoint else {
+            return Ok(self.clone());
+        };
+        match crate::mount::store_of_mount(at)? {
+            Some(store) => Ok(Global {
+                store,
+                ..self.clone()
+            }),
+            None => Err(Failure::usage(format!(
+                "nothing is mounted at {}",
+                absolute(at).display()
+            ))),
         }
     }
 

@@ -64,6 +64,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
+/// The cell size that matches a file system's block: a write of one block seals one cell.
+const BLOCK_DEVICE_CELL: u32 = 4096;
+
 fn log(line: &str) {
     eprintln!("oubli serve: {line}");
 }
@@ -163,6 +166,17 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         export.size,
         store.epoch()
     ));
+    if let Ok(status) = store.status() {
+        if status.cell_size > BLOCK_DEVICE_CELL {
+            // Each 4 KiB write then re-encrypts a whole cell (docs/NBD.md, Performance).
+            log(&format!(
+                "note: this store's cells are {} bytes; a file system on the device writes \
+                 4 KiB blocks, so random writes rewrite whole cells. A store made for a \
+                 block device (oubli init --cell-size 4K) avoids it",
+                status.cell_size
+            ));
+        }
+    }
 
     let mut last_tick = Instant::now();
     while !stop.load(Ordering::SeqCst) {

@@ -70,8 +70,8 @@ struct Cli {
 enum Command {
     /// Create a new store and its vault
     Init {
-        /// Unit of encryption and erasure for data: a power of two from 4096 to 1048576
-        #[arg(long, value_name = "BYTES", default_value_t = oubli::DEFAULT_CELL_SIZE)]
+        /// Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)
+        #[arg(long, value_name = "SIZE", default_value_t = oubli::DEFAULT_CELL_SIZE, value_parser = ui::parse_cell_size)]
         cell_size: u32,
         /// Argon2id memory for the password key, in MiB
         #[arg(long, value_name = "MIB", default_value_t = 64)]

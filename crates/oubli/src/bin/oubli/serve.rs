@@ -7,6 +7,7 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
+use crate::ui;
 use oubli::{EpochPolicy, Store};
 use oubli_nbd::{Endpoint, ServerConfig};
 use std::net::ToSocketAddrs;
@@ -23,7 +24,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     export: String,
     /// Export size, e.g. 1G, 512M, 4096 (needed to create it; may grow it, never shrinks it)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = ui::parse_size)]
     size: Option<u64>,
     /// Listen on a Unix socket at PATH (mode 0600)
     #[arg(long, value_name = "PATH")]
@@ -35,33 +36,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     epoch_interval: u64,
     /// Commit once this many bytes were written in the epoch (0: never on volume)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1G")]
+    #[arg(long, value_name = "SIZE", value_parser = ui::parse_size, default_value = "1G")]
     epoch_bytes: u64,
     /// Commit after this many deletions (trims, overwrites...) in the epoch (0: never on count)
     #[arg(long, value_name = "N", default_value_t = 1000)]
     epoch_deletions: u64,
-}
-
-/// Parses `4096`, `64K`, `512M`, `1G`, `2T` (binary multiples; `KiB`, `MB`... accepted).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    let shift = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(format!("unknown unit in {s:?} (use K, M, G or T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 /// The cell size that matches a file system's block: a write of one block seals one cell.
@@ -207,7 +186,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use crate::ui::parse_size;
 
     #[test]
     fn sizes() {

@@ -119,3 +119,30 @@ mod tests {
         assert_eq!(date(1_700_000_000), "2023-11-14 22:13");
     }
 }
+
+/// Parses `4096`, `64K`, `512M`, `1G`, `2T` (binary multiples; `KiB`, `MB`... accepted).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let shift = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("unknown unit in {s:?} (use K, M, G or T)")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// `--cell-size`: a size as [`parse_size`] reads it (`4K`, `32768`), within a `u32`.
+pub fn parse_cell_size(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("cell size {s:?} is too large"))
+}

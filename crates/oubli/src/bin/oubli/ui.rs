@@ -102,24 +102,6 @@ pub fn now() -> u64 {
         .unwrap_or(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(size(10), "10 B");
-        assert_eq!(size(1536), "1.5 KiB");
-        assert_eq!(size(3 << 20), "3.0 MiB");
-        assert_eq!(duration(59), "59s");
-        assert_eq!(duration(3725), "1h 2m 5s");
-        assert_eq!(duration(90_061), "1d 1h 1m");
-        assert_eq!(date(0), "1970-01-01 00:00");
-        assert_eq!(date(951_782_400), "2000-02-29 00:00");
-        assert_eq!(date(1_700_000_000), "2023-11-14 22:13");
-    }
-}
-
 /// Parses `4096`, `64K`, `512M`, `1G`, `2T` (binary multiples; `KiB`, `MB`... accepted).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -145,4 +127,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// `--cell-size`: a size as [`parse_size`] reads it (`4K`, `32768`), within a `u32`.
 pub fn parse_cell_size(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size(s)?).map_err(|_| format!("cell size {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(size(10), "10 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 << 20), "3.0 MiB");
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(3725), "1h 2m 5s");
+        assert_eq!(duration(90_061), "1d 1h 1m");
+        assert_eq!(date(0), "1970-01-01 00:00");
+        assert_eq!(date(951_782_400), "2000-02-29 00:00");
+        assert_eq!(date(1_700_000_000), "2023-11-14 22:13");
+    }
 }

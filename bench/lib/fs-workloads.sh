@@ -1,0 +1,178 @@
+# shellcheck shell=bash
+# bench/lib/fs-workloads.sh — file-system workloads shared by the benchmarks
+# (bench/fs/run on FUSE mounts, bench/nbd/run on an ext4 on each NBD device).
+# A bash library: source it, then call its functions.
+#
+#   source bench/lib/fs-workloads.sh
+#   fs_workloads DIR                 # every selected phase, in order, in DIR
+#   fs_bench_phase DIR PHASE         # one phase (phases depend on earlier ones: see below)
+#   fs_bench_phases                  # prints the selected phase names, in order
+#
+# Every phase prints one TSV line on stdout:
+#
+#   phase<TAB>value<TAB>unit<TAB>better        better is "higher" or "lower"
+#
+# e.g. "seqwrite	612.3	MB/s	higher" or "tree-unpack	14.21	s	lower".
+# Progress and warnings go to stderr. DIR must exist and should be empty;
+# the phases leave it empty again at the end. Dropping the page cache
+# (sync; echo 3 >/proc/sys/vm/drop_caches) before each phase needs root;
+# without it the phases run warm and a warning is printed once.
+#
+# Phases, in order (MB = 10^6 B):
+#
+#   seqwrite       fio: FS_BENCH_SEQ_SIZE in 1 MiB writes, then fsync          MB/s
+#   seqread        fio: the same file in 1 MiB reads, cold cache; then removed MB/s
+#   randwrite      fio: 4 KiB writes at random offsets of a FS_BENCH_RAND_SIZE
+#                  file for FS_BENCH_RAND_RUNTIME s, then fsync                MB/s
+#   randread       fio: 4 KiB random reads of it, cold cache, same runtime;
+#                  then removed                                                MB/s
+#   par-seqwrite   fio, 4 jobs: 4 files of FS_BENCH_RAND_SIZE, 1 MiB writes    MB/s
+#   par-seqread    fio, 4 jobs: reading them back, cold cache                  MB/s
+#   par-randread   fio, 4 jobs: 4 KiB random reads of them, runtime as above;
+#                  then removed                                                MB/s
+#   files-create   FS_BENCH_FILES one-line files in one directory from a bash
+#                  loop (no fork per file)                                     s
+#   files-delete   rm -rf of that directory                                    s
+#   tree-unpack    tar -xf FS_BENCH_TREE (an uncompressed .tar) into DIR/a     s
+#   tree-copy      cp -a DIR/a DIR/b (within the file system), cold cache      s
+#   tree-grep      grep -rF FS_BENCH_GREP DIR/a, cold cache                    s
+#   tree-md5       find DIR/a -type f | xargs md5sum, cold cache               s
+#   tree-remove    rm -rf DIR/a DIR/b (both trees), cold cache                 s
+#
+# seqread needs seqwrite, randread needs randwrite, par-seqread and
+# par-randread need par-seqwrite, files-delete needs files-create, and the
+# tree phases need tree-unpack (tree-remove also removes the copy if there).
+# Timed commands are not followed by a sync (except fio's end_fsync on the
+# write phases): the figure is how long the command takes, as the ERASER
+# paper's Table 2 measured it. Every phase starts with a dropped page cache.
+#
+# Settings (environment variables; defaults in brackets):
+#
+#   FS_BENCH_GROUPS        groups to run, any of: seq rand par files tree
+#                          [seq rand files tree]; "tree" is skipped if
+#                          FS_BENCH_TREE is empty
+#   FS_BENCH_SEQ_SIZE      sequential file size, fio syntax [1G]
+#   FS_BENCH_RAND_SIZE     random-I/O file size (and each par-* file) [256M]
+#   FS_BENCH_RAND_RUNTIME  seconds per random-I/O phase [15]
+#   FS_BENCH_FILES         small files created and deleted [5000]
+#   FS_BENCH_TREE          path of an uncompressed .tar of a source tree [""]
+#   FS_BENCH_GREP          fixed string searched by tree-grep [MODULE_LICENSE]
+#   FS_BENCH_DROP          1: drop the page cache before each phase (needs
+#                          root), 0: don't [1]
+#
+# A quick run: FS_BENCH_SEQ_SIZE=64M FS_BENCH_RAND_SIZE=32M
+# FS_BENCH_RAND_RUNTIME=3 FS_BENCH_FILES=500.
+#
+# Needs bash >= 5 (EPOCHREALTIME), fio, GNU tar, coreutils, findutils, grep.
+
+fs_bench_phases() {
+    local groups=" ${FS_BENCH_GROUPS:-seq rand files tree} "
+    [[ $groups == *" seq "* ]] && printf '%s\n' seqwrite seqread
+    [[ $groups == *" rand "* ]] && printf '%s\n' randwrite randread
+    [[ $groups == *" par "* ]] && printf '%s\n' par-seqwrite par-seqread par-randread
+    [[ $groups == *" files "* ]] && printf '%s\n' files-create files-delete
+    [[ $groups == *" tree "* && -n ${FS_BENCH_TREE:-} ]] &&
+        printf '%s\n' tree-unpack tree-copy tree-grep tree-md5 tree-remove
+    return 0
+}
+
+_fs_bench_drop_warned=0
+fs_bench_drop() {
+    [[ ${FS_BENCH_DROP:-1} == 1 ]] || return 0
+    sync
+    if [[ -w /proc/sys/vm/drop_caches ]]; then
+        echo 3 >/proc/sys/vm/drop_caches
+    elif ((!_fs_bench_drop_warned)); then
+        echo "fs-workloads: cannot drop the page cache (not root?): phases run warm" >&2
+        _fs_bench_drop_warned=1
+    fi
+}
+
+# _fs_bench_fio FIELD DIR FIO-ARGS...: the fio job's rate in MB/s.
+# fio terse v3: field 7 = read KiB/s, field 48 = write KiB/s (KiB = 1024 B).
+_fs_bench_fio() {
+    local field=$1 dir=$2 out
+    shift 2
+    if ! out=$(fio --directory="$dir" --output-format=terse --terse-version=3 --group_reporting "$@" 2>&1); then
+        printf 'fs-workloads: fio failed in %s:\n%s\n' "$dir" "$out" >&2
+        return 1
+    fi
+    printf '%s\n' "$out" | awk -F';' -v f="$field" '$1 == "3" {printf "%.1f", $f * 1.024 / 1000; ok = 1} END {exit !ok}'
+}
+
+# _fs_bench_time CMD...: runs CMD, prints its wall time in seconds.
+_fs_bench_time() {
+    local t0=$EPOCHREALTIME
+    "$@" || return 1
+    local t1=$EPOCHREALTIME
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
+}
+
+_fs_bench_create_files() {
+    local dir=$1 n=$2 i
+    mkdir "$dir"
+    for ((i = 1; i <= n; i++)); do
+        echo "small file $i" >"$dir/f$i"
+    done
+}
+
+_fs_bench_grep() {
+    local rc=0
+    grep -rF -- "$1" "$2" >/dev/null || rc=$?
+    ((rc <= 1)) # 1 = no match, fine; 2 = error
+}
+
+_fs_bench_md5() {
+    find "$1" -type f -print0 | xargs -0 -r md5sum >/dev/null
+}
+
+# fs_bench_phase DIR PHASE: runs one phase, prints its TSV line.
+fs_bench_phase() {
+    local d=$1 phase=$2 v=
+    # shellcheck disable=SC2016 # fio expands $jobnum itself
+    local par='fsb-par.$jobnum'
+    local seq=${FS_BENCH_SEQ_SIZE:-1G} rsize=${FS_BENCH_RAND_SIZE:-256M} rt=${FS_BENCH_RAND_RUNTIME:-15}
+    [[ -d $d ]] || { echo "fs-workloads: $d is not a directory" >&2; return 1; }
+    fs_bench_drop
+    case $phase in
+        seqwrite) v=$(_fs_bench_fio 48 "$d" --name=sw --rw=write --bs=1M --size="$seq" --end_fsync=1 --filename=fsb-seq) ;;
+        seqread)
+            v=$(_fs_bench_fio 7 "$d" --name=sr --rw=read --bs=1M --size="$seq" --filename=fsb-seq)
+            rm -f "$d/fsb-seq" ;;
+        randwrite) v=$(_fs_bench_fio 48 "$d" --name=rw --rw=randwrite --bs=4k --size="$rsize" --time_based --runtime="$rt" --end_fsync=1 --filename=fsb-rand) ;;
+        randread)
+            v=$(_fs_bench_fio 7 "$d" --name=rr --rw=randread --bs=4k --size="$rsize" --time_based --runtime="$rt" --filename=fsb-rand)
+            rm -f "$d/fsb-rand" ;;
+        par-seqwrite) v=$(_fs_bench_fio 48 "$d" --name=pw --rw=write --bs=1M --size="$rsize" --numjobs=4 --filename_format="$par" --end_fsync=1) ;;
+        par-seqread) v=$(_fs_bench_fio 7 "$d" --name=pr --rw=read --bs=1M --size="$rsize" --numjobs=4 --filename_format="$par") ;;
+        par-randread)
+            v=$(_fs_bench_fio 7 "$d" --name=prr --rw=randread --bs=4k --size="$rsize" --numjobs=4 --time_based --runtime="$rt" --filename_format="$par")
+            rm -f "$d"/fsb-par.* ;;
+        files-create) v=$(_fs_bench_time _fs_bench_create_files "$d/fsb-files" "${FS_BENCH_FILES:-5000}") ;;
+        files-delete) v=$(_fs_bench_time rm -rf "$d/fsb-files") ;;
+        tree-unpack)
+            [[ -f ${FS_BENCH_TREE:-} ]] || { echo "fs-workloads: FS_BENCH_TREE (${FS_BENCH_TREE:-unset}) is not a file" >&2; return 1; }
+            mkdir "$d/fsb-a"
+            v=$(_fs_bench_time tar -xf "$FS_BENCH_TREE" -C "$d/fsb-a") ;;
+        tree-copy) v=$(_fs_bench_time cp -a "$d/fsb-a" "$d/fsb-b") ;;
+        tree-grep) v=$(_fs_bench_time _fs_bench_grep "${FS_BENCH_GREP:-MODULE_LICENSE}" "$d/fsb-a") ;;
+        tree-md5) v=$(_fs_bench_time _fs_bench_md5 "$d/fsb-a") ;;
+        tree-remove) v=$(_fs_bench_time rm -rf "$d/fsb-a" "$d/fsb-b") ;;
+        *) echo "fs-workloads: unknown phase $phase" >&2; return 1 ;;
+    esac
+    # (errexit is off when the caller tests this function, hence the check)
+    [[ -n ${v:-} ]] || { echo "fs-workloads: $phase failed in $d" >&2; return 1; }
+    case $phase in
+        files-* | tree-*) printf '%s\t%s\ts\tlower\n' "$phase" "$v" ;;
+        *) printf '%s\t%s\tMB/s\thigher\n' "$phase" "$v" ;;
+    esac
+}
+
+# fs_workloads DIR: every selected phase in order (see fs_bench_phases).
+fs_workloads() {
+    local d=$1 phase
+    for phase in $(fs_bench_phases); do
+        echo "fs-workloads: $phase in $d" >&2
+        fs_bench_phase "$d" "$phase" || return 1
+    done
+}

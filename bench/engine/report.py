@@ -11,9 +11,13 @@ first use if missing; without it the table is still printed).
 import argparse
 import json
 import re
-import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+# The chart helper (matplotlib, pip-installed once if missing) is shared with bench/lib/plot_ratios.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
+from plot_ratios import matplotlib_or_none  # noqa: E402
 
 # The targets.
 SEQ_WRITE_MIN_AEAD_RATIO = 0.50   # large sequential writes >= 50% of single-core AEAD
@@ -204,23 +208,6 @@ def print_table(rows, by):
     verdicts = [r[5] for r in rows if r[5] in ("PASS", "FAIL")]
     print()
     print(f"{verdicts.count('PASS')} PASS, {verdicts.count('FAIL')} FAIL")
-
-
-def matplotlib_or_none():
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("matplotlib missing: installing it with pip (once) for the chart ...", file=sys.stderr)
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"])
-        if r.returncode != 0:
-            return None
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError:
-        return None
 
 
 def draw(by, aead, png):

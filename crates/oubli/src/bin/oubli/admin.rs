@@ -166,7 +166,7 @@ fn render_status(r: &StatusReport) -> String {
          epoch        {} (committed {} ago, at {} UTC)\n\
          pending      {}\n\
          live         {}\n\
-         dead         {} (reclaimable with `oubli gc`)\n\
+         dead         {} ({})\n\
          written      {} this epoch\n\
          vault        {} at {} ({writes} writes, {endurance}; {honest})\n\
          cell size    {}\n\
@@ -188,6 +188,11 @@ fn render_status(r: &StatusReport) -> String {
         pending,
         ui::size(r.live_bytes),
         ui::size(r.dead_bytes),
+        if r.live {
+            "the running mount or server reclaims it by itself"
+        } else {
+            "reclaimable with `oubli gc`"
+        },
         ui::size(r.bytes_written_this_epoch),
         r.vault.kind,
         r.vault.location,

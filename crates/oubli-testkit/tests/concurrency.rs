@@ -72,11 +72,18 @@ fn readers_and_writers_race_commits_and_the_cleaner() {
 /// opened before another writer replaced it) would lose that writer's bytes.
 #[test]
 fn writers_sharing_cells_lose_nothing() {
+    // The race is narrow: several rounds make a stale merge likely to show.
+    for round in 0..4 {
+        writers_sharing_cells_round(round);
+    }
+}
+
+fn writers_sharing_cells_round(round: u64) {
     const THREADS: u64 = 4;
     const CELLS: u64 = 2;
     let cell = harness::TEST_CELL as u64;
     let slice = cell / THREADS;
-    let options = harness::options(5);
+    let options = harness::options(5 + round);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
     let (store, _vault) = harness::create(medium as Arc<dyn Medium>, &options);
     let store = Arc::new(store);
@@ -96,6 +103,9 @@ fn writers_sharing_cells_lose_nothing() {
                     store.commit().unwrap();
                 }
                 rounds += 1;
+                // The engine mutex is not fair: without a pause the flusher
+                // can starve the writers for seconds.
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
             rounds
         })
@@ -104,7 +114,7 @@ fn writers_sharing_cells_lose_nothing() {
         .map(|t| {
             let store = store.clone();
             std::thread::spawn(move || {
-                let mut rng = SplitMix64::new(100 + t);
+                let mut rng = SplitMix64::new(100 * (round + 1) + t);
                 let mut last = vec![None; CELLS as usize];
                 for i in 0..10_000u64 {
                     let c = rng.below(CELLS);

@@ -7,6 +7,8 @@
 #   fs_workloads DIR                 # every selected phase, in order, in DIR
 #   fs_bench_phase DIR PHASE         # one phase (phases depend on earlier ones: see below)
 #   fs_bench_phases                  # prints the selected phase names, in order
+#   fs_bench_prepare_tree TREE CACHE # TREE: subset|full|FILE.tar; exports FS_BENCH_TREE,
+#                                    # sets FS_BENCH_TREE_DESC (needs linux-source-6.1 for subset|full)
 #
 # Every phase prints one TSV line on stdout:
 #
@@ -195,4 +197,51 @@ fs_workloads() {
         echo "fs-workloads: $phase in $d" >&2
         fs_bench_phase "$d" "$phase" || return 1
     done
+}
+
+# The kernel directories of the "subset" tree: 10,615 files, 124 MiB of linux-source-6.1.
+FS_BENCH_SUBSET_DIRS=(fs include kernel mm net)
+
+# fs_bench_prepare_tree TREE CACHE: the source tree of the tree phases as an
+# uncompressed .tar, so that unpacking measures the file system, not xz.
+# "subset" (FS_BENCH_SUBSET_DIRS) and "full" are cut from Debian's
+# /usr/src/linux-source-6.1.tar.xz once and kept in CACHE; anything else is
+# the path of a .tar. Exports FS_BENCH_TREE; sets FS_BENCH_TREE_DESC (source,
+# file count and size). Returns 2 if TREE is neither a kind nor a file.
+fs_bench_prepare_tree() {
+    local tree=$1 cache=$2 src=/usr/src/linux-source-6.1.tar.xz tar_path stage
+    case $tree in
+        subset | full)
+            mkdir -p "$cache"
+            if [[ $tree == subset ]]; then
+                tar_path="$cache/linux-source-6.1-$(IFS=-; echo "${FS_BENCH_SUBSET_DIRS[*]}").tar"
+            else
+                tar_path="$cache/linux-source-6.1.tar"
+            fi
+            if [[ ! -s $tar_path || $tar_path -ot $src ]]; then
+                echo "== extracting the tree into $tar_path" >&2
+                # Private names: two benchmarks may prepare the same tree at once.
+                stage="$cache/stage.$$"
+                rm -rf "$stage" "$tar_path.$$"
+                if [[ $tree == full ]]; then
+                    xz -dc "$src" >"$tar_path.$$"
+                else
+                    mkdir -p "$stage"
+                    xz -dc "$src" | tar -xf - -C "$stage" "${FS_BENCH_SUBSET_DIRS[@]/#/linux-source-6.1/}"
+                    tar -cf "$tar_path.$$" -C "$stage" linux-source-6.1
+                    rm -rf "$stage"
+                fi
+                mv "$tar_path.$$" "$tar_path"
+            fi
+            FS_BENCH_TREE_DESC="Debian linux-source-6.1 ($(dpkg-query -W -f='${Version}' linux-source-6.1))"
+            [[ $tree == subset ]] && FS_BENCH_TREE_DESC+=", directories ${FS_BENCH_SUBSET_DIRS[*]}"
+            ;;
+        *)
+            [[ -f $tree ]] || { echo "fs-workloads: tree $tree: no such file" >&2; return 2; }
+            tar_path=$(realpath "$tree")
+            FS_BENCH_TREE_DESC=$tar_path
+            ;;
+    esac
+    export FS_BENCH_TREE=$tar_path
+    FS_BENCH_TREE_DESC+=": $(tar -tvf "$tar_path" | awk '$1 ~ /^-/ {n++; b += $3} END {printf "%d files, %.0f MiB", n, b / 1048576}')"
 }

@@ -6,11 +6,11 @@
 //! every unit it reaches. Tests hand it every state a recording medium ever
 //! held; `oubli audit` hands it the store's own medium and current vault.
 
-use crate::engine::{cell_aad, open_unit, Ctx};
 use crate::log;
 use crate::medium::Medium;
 use crate::superblock;
 use crate::tree::{Child, Node, NodePtr, NodeSource, Value};
+use crate::unit::{cell_aad, open_unit, Ctx};
 use crate::vault::VaultRecord;
 use oubli_crypto::PlainBuf;
 use oubli_crypto::{CryptoProvider, KeyScheme};

@@ -19,6 +19,7 @@ pub mod log;
 pub mod medium;
 mod superblock;
 pub mod tree;
+mod unit;
 pub mod vault;
 #[cfg(test)]
 mod vectors;

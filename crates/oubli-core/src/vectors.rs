@@ -4,10 +4,10 @@
 //! regenerate after an intentional format change (with a new version
 //! number!), run `OUBLI_WRITE_VECTORS=1 cargo test -p oubli-core vectors`.
 
-use crate::engine::{cell_aad, node_aad};
 use crate::log::{seal_frame, Op};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{encode_node, CellRef, Key, Node, ObjectRecord, Value, KIND_CELL, KIND_OBJECT};
+use crate::unit::{cell_aad, node_aad};
 use oubli_crypto::{CryptoProvider, KeyRef, RingProvider, SecretKey};
 
 fn hex(bytes: &[u8]) -> String {

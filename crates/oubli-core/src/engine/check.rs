@@ -1,0 +1,277 @@
+//! Looking at a store: status, fsck, the audit (the adversary against this store) and key-tree overhead.
+
+use super::*;
+use crate::audit::{AuditReport, Source};
+
+/// A snapshot of the store's state for `oubli status`.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub epoch: u64,
+    pub committed_at: u64,
+    pub seconds_since_commit: u64,
+    /// Deletions (unlinks, truncates, overwrites, punches) since the last commit: erased at the next one.
+    pub pending_deletions: u64,
+    /// Sealed bytes those deletions freed.
+    pub pending_erasure_bytes: u64,
+    pub bytes_written_this_epoch: u64,
+    pub live_bytes: u64,
+    pub medium_bytes: u64,
+    pub dead_bytes: u64,
+    pub segments: usize,
+    pub unflushed_bytes: u64,
+    pub vault: VaultInfo,
+    pub vault_writes: Option<u64>,
+    pub cell_size: u32,
+    pub provider: &'static str,
+    pub key_scheme: &'static str,
+    pub policy: EpochPolicy,
+    /// Seconds until the interval policy commits, if it is set.
+    pub next_commit_in: Option<u64>,
+    /// Why the last automatic commit failed (the epoch stays open and is retried).
+    pub last_commit_error: Option<String>,
+    pub medium: String,
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Default)]
+pub struct FsckReport {
+    pub objects: u64,
+    pub cells: u64,
+    pub nodes: u64,
+    pub bytes_checked: u64,
+    pub problems: Vec<String>,
+}
+
+/// Metadata of the key tree relative to the data it protects.
+#[derive(Debug, Clone, Default)]
+pub struct Overhead {
+    pub nodes: u64,
+    pub node_bytes: u64,
+    pub cells: u64,
+    pub data_bytes: u64,
+    pub tag_bytes: u64,
+}
+
+impl Overhead {
+    /// (node bytes + AEAD tags) / data bytes, in percent.
+    pub fn percent(&self) -> f64 {
+        if self.data_bytes == 0 {
+            return 0.0;
+        }
+        100.0 * (self.node_bytes + self.tag_bytes) as f64 / self.data_bytes as f64
+    }
+}
+
+impl Store {
+    pub fn status(&self) -> Result<Status> {
+        self.lock().status()
+    }
+
+    /// Every live object id with its record, ascending.
+    pub fn objects(&self) -> Result<Vec<(u64, ObjectRecord)>> {
+        let e = self.lock();
+        let mut out = Vec::new();
+        e.tree.scan(
+            &Key::MIN,
+            &Key::new(u64::MAX, u8::MAX, u64::MAX),
+            &e.ctx,
+            &mut |k, v| {
+                if let Value::Object(r) = v {
+                    out.push((k.oid, r.clone()));
+                }
+                true
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Checks the whole store: every node and every cell reachable from the
+    /// root is read and authenticated, and the structure is consistent.
+    pub fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
+        self.lock().fsck(progress)
+    }
+
+    /// Plays the adversary against this store's medium with the current vault
+    /// content: opens everything it can and sorts it into live units, units
+    /// deleted since the last commit (erased at the next one) and leaks.
+    pub fn audit(&self) -> Result<AuditReport> {
+        self.audit_with(&[], &[])
+    }
+
+    /// [`audit`](Self::audit) with more for the adversary: old copies of the
+    /// medium (backups, snapshots, what an SSD kept) and old vault records. A
+    /// unit is live if the current tree still references its key (the cleaner
+    /// moves units without changing their key), pending if it comes from the
+    /// current epoch, and leaked otherwise.
+    pub fn audit_with(
+        &self,
+        copies: &[Arc<dyn Medium>],
+        old_keys: &[VaultRecord],
+    ) -> Result<AuditReport> {
+        let e = self.lock();
+        let mut live: Vec<[u8; 32]> = Vec::new();
+        e.tree.walk(&e.ctx, &mut |_, node| {
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        live.push(*c.key.expose());
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let mut live = Zeroizing::new(live);
+        live.sort_unstable();
+        let mut keys = vec![e.vault.load()?];
+        keys.extend(old_keys.iter().cloned());
+        let mut report = AuditReport::default();
+        let mut epochs = BTreeSet::new();
+        // (key, epoch) of every unit opened, from every medium; a unit copied
+        // by the cleaner or present in several copies counts once.
+        let mut opened: Zeroizing<Vec<([u8; 32], u64)>> = Zeroizing::new(Vec::new());
+        let media = std::iter::once(e.ctx.medium.clone()).chain(copies.iter().cloned());
+        for medium in media {
+            let mut superblocks = Vec::new();
+            for slot in [Slot::A, Slot::B] {
+                if let Some(b) = medium
+                    .read_superblock(slot)
+                    .map_err(|err| Error::io("reading superblock", err))?
+                {
+                    superblocks.push(b);
+                }
+            }
+            let recovery = crate::audit::recover(
+                &superblocks,
+                medium,
+                &keys,
+                e.ctx.provider.clone(),
+                e.ctx.scheme.clone(),
+            );
+            epochs.extend(recovery.epochs_opened.iter().copied());
+            report.unreadable_units += recovery.failures;
+            for u in &recovery.units {
+                let (Source::Tree(epoch) | Source::Log(epoch)) = u.source;
+                opened.push((*u.key.expose(), epoch));
+            }
+        }
+        // Newest epoch first, so a unit still in the current epoch is judged by it.
+        opened.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        opened.dedup_by(|a, b| a.0 == b.0);
+        for (key, epoch) in opened.iter() {
+            report.units_opened += 1;
+            if live.binary_search(key).is_ok() {
+                report.live_units += 1;
+            } else if *epoch == e.epoch {
+                report.pending_units += 1;
+            } else {
+                report.leaked_units += 1;
+            }
+        }
+        report.epochs_opened = epochs.into_iter().collect();
+        Ok(report)
+    }
+
+    /// Key-tree metadata accounting (for the overhead benchmark).
+    pub fn overhead(&self) -> Result<Overhead> {
+        let e = self.lock();
+        let mut o = Overhead::default();
+        e.tree.walk(&e.ctx, &mut |ptr, node| {
+            if let Some(p) = ptr {
+                o.node_bytes += p.len as u64;
+            }
+            o.nodes += 1;
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        o.data_bytes += c.len as u64;
+                        o.tag_bytes += TAG_LEN as u64;
+                        o.cells += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(o)
+    }
+}
+
+impl Engine {
+    pub(super) fn status(&self) -> Result<Status> {
+        let medium = &self.ctx.medium;
+        let segments = medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?;
+        let medium_bytes = self.medium_bytes()?;
+        let since = now_secs().saturating_sub(self.committed_at);
+        Ok(Status {
+            epoch: self.epoch,
+            committed_at: self.committed_at,
+            seconds_since_commit: since,
+            pending_deletions: self.stats.deletions,
+            pending_erasure_bytes: self.stats.freed_bytes,
+            bytes_written_this_epoch: self.stats.bytes_written,
+            live_bytes: self.live_bytes,
+            medium_bytes,
+            dead_bytes: medium_bytes.saturating_sub(self.live_bytes),
+            segments: segments.len(),
+            unflushed_bytes: self.dirty_bytes as u64,
+            vault: self.vault.info(),
+            vault_writes: self.vault.write_count().ok(),
+            cell_size: self.cell_size,
+            provider: self.ctx.provider.name(),
+            key_scheme: self.ctx.scheme.name(),
+            policy: self.policy.clone(),
+            next_commit_in: self
+                .policy
+                .interval
+                .map(|i| i.as_secs().saturating_sub(since)),
+            last_commit_error: self.last_commit_error.clone(),
+            medium: medium.describe(),
+        })
+    }
+
+    pub(super) fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
+        let mut report = FsckReport::default();
+        let mut cells = Vec::new();
+        let mut sizes = HashMap::new();
+        self.tree.walk(&self.ctx, &mut |ptr, node| {
+            report.nodes += 1;
+            if let Some(p) = ptr {
+                report.bytes_checked += p.len as u64;
+            }
+            if let Node::Leaf(entries) = node {
+                for (k, v) in entries {
+                    match v {
+                        Value::Object(r) => {
+                            report.objects += 1;
+                            sizes.insert(k.oid, r.size);
+                        }
+                        Value::Cell(c) => cells.push((k.oid, k.off, c.clone())),
+                        Value::Names(_) => {}
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        for (oid, cell, c) in cells {
+            report.cells += 1;
+            match sizes.get(&oid) {
+                None => report
+                    .problems
+                    .push(format!("cell {cell} belongs to missing object {oid}")),
+                Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => {
+                    report.problems.push(format!(
+                        "cell {cell} of object {oid} lies beyond its size {size}"
+                    ))
+                }
+                _ => {}
+            }
+            if let Err(e) = self.read_cell(oid, cell, &c) {
+                report.problems.push(e.to_string());
+            }
+            report.bytes_checked += c.sealed_len();
+            progress(c.sealed_len());
+        }
+        Ok(report)
+    }
+}

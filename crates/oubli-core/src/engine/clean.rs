@@ -1,0 +1,182 @@
+//! The cleaner: reclaims segments whose units are dead, copying live units as they are (DESIGN §7).
+
+use super::*;
+
+/// What a cleaner run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub segments_deleted: usize,
+    pub bytes_reclaimed: u64,
+    pub bytes_moved: u64,
+}
+
+impl Store {
+    /// Reclaims segments whose live share is below `threshold` (0..=1), copying their live units.
+    pub fn gc(&self, threshold: f64) -> Result<GcReport> {
+        self.lock().gc(threshold, u64::MAX)
+    }
+}
+
+impl Engine {
+    /// Runs the cleaner if the [`CleanerPolicy`] says so.
+    pub(super) fn maybe_clean(&mut self) {
+        let policy = self.cleaner;
+        if policy.min_dead_bytes == u64::MAX {
+            return;
+        }
+        let total = match self.medium_bytes() {
+            Ok(t) => t,
+            Err(e) => {
+                self.last_commit_error = Some(format!("cleaner: {e}"));
+                return;
+            }
+        };
+        let dead = total.saturating_sub(self.live_bytes);
+        if dead < policy.min_dead_bytes || (dead as f64) < policy.dead_share * total as f64 {
+            return;
+        }
+        if let Err(e) = self.gc(policy.threshold, policy.max_move_bytes) {
+            self.last_commit_error = Some(format!("cleaner: {e}"));
+        }
+    }
+
+    /// The bytes in the medium's segments (a listing: once per epoch at most).
+    pub(super) fn medium_bytes(&self) -> Result<u64> {
+        let mut total = 0;
+        let medium = &self.ctx.medium;
+        for s in medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?
+        {
+            total += medium
+                .segment_len(s)
+                .map_err(|e| Error::io("reading segment size", e))?
+                .unwrap_or(0);
+        }
+        Ok(total)
+    }
+
+    /// Cleans segments whose live share is under `threshold`, emptiest first,
+    /// copying at most about `max_move` live bytes.
+    pub(super) fn gc(&mut self, threshold: f64, max_move: u64) -> Result<GcReport> {
+        self.writable()?;
+        // The in-memory tree must equal the committed one before segments
+        // that only it leaves unreferenced may go.
+        self.commit()?;
+        let mut live: HashMap<SegmentId, u64> = HashMap::new();
+        self.tree.walk(&self.ctx, &mut |ptr, node| {
+            if let Some(p) = ptr {
+                *live.entry(addr_segment(p.addr)).or_default() += p.len as u64;
+            }
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        *live.entry(addr_segment(c.addr)).or_default() += c.sealed_len();
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let current = self.data_segment.map(|(s, _)| s);
+        let mut report = GcReport::default();
+        let mut candidates = Vec::new();
+        let segments = self
+            .ctx
+            .medium
+            .list_segments()
+            .map_err(|e| Error::io("listing segments", e))?;
+        for seg in segments {
+            if Some(seg) == current || seg == self.log_segment {
+                continue;
+            }
+            let size = self
+                .ctx
+                .medium
+                .segment_len(seg)
+                .map_err(|e| Error::io("reading segment size", e))?
+                .unwrap_or(0);
+            let used = live.get(&seg).copied().unwrap_or(0);
+            if used == 0 {
+                let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
+                self.ctx
+                    .medium
+                    .delete_segment(seg)
+                    .map_err(|e| Error::io("deleting a dead segment", e))?;
+                report.segments_deleted += 1;
+                report.bytes_reclaimed += size;
+            } else if (used as f64) < threshold * size as f64 {
+                candidates.push((used as f64 / size as f64, seg, used, size));
+            }
+        }
+        candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut victims = BTreeSet::new();
+        let mut to_move = 0u64;
+        for (_, seg, used, size) in candidates {
+            if !victims.is_empty() && to_move + used > max_move {
+                break;
+            }
+            to_move += used;
+            victims.insert(seg);
+            report.bytes_reclaimed += size - used;
+        }
+        if victims.is_empty() {
+            return Ok(report);
+        }
+        // Move live cells as they are (same key, same sealed bytes); nodes in
+        // victims are rewritten by the commit under fresh keys.
+        let mut tree = std::mem::take(&mut self.tree);
+        let mut freed = Vec::new();
+        let mut moved = 0u64;
+        let result = {
+            let ctx = &self.ctx;
+            let mut data_segment = self.data_segment;
+            let mut next_segment = self.next_segment;
+            let target = self.segment_target;
+            let res = tree.rewrite(
+                ctx,
+                &mut freed,
+                &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
+                &mut |_, v| {
+                    let Value::Cell(c) = v else { return Ok(false) };
+                    if !victims.contains(&addr_segment(c.addr)) {
+                        return Ok(false);
+                    }
+                    let mut buf = vec![0u8; c.sealed_len() as usize];
+                    ctx.medium
+                        .read(addr_segment(c.addr), addr_offset(c.addr) as u64, &mut buf)
+                        .map_err(|e| read_error("a live cell during cleaning", e))?;
+                    let need = buf.len() as u64;
+                    let (seg, off) = match data_segment {
+                        Some((s, o)) if o + need <= target => (s, o),
+                        _ => {
+                            next_segment += 1;
+                            (next_segment - 1, 0)
+                        }
+                    };
+                    ctx.medium
+                        .append(seg, off, &buf)
+                        .map_err(|e| Error::io("copying a live cell", e))?;
+                    data_segment = Some((seg, off + need));
+                    c.addr = addr(seg, off as u32);
+                    moved += need;
+                    Ok(true)
+                },
+            );
+            self.data_segment = data_segment;
+            self.next_segment = next_segment;
+            res
+        };
+        self.tree = tree;
+        self.unsynced = true;
+        self.release_nodes(freed);
+        if let Err(e) = result {
+            self.poisoned = Some(format!("cleaner: {e}"));
+            return Err(e);
+        }
+        report.bytes_moved = moved;
+        self.doomed_segments.extend(victims.iter().copied());
+        report.segments_deleted += victims.len();
+        self.commit()?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,537 @@
+//! The store: objects and names on the key tree; the engine's state, its policies and the one mutation every change goes through (`apply`).
+//!
+//! Each guarantee of docs/DESIGN.md has one file that owns it:
+//! [`write`] (every way a unit leaves the tree), [`read`], [`names`],
+//! [`commit`] (flush to the intent log, commit and vault rotation: durability
+//! and erasure), [`recover`] (create, open, replay), [`clean`] (the
+//! cleaner) and [`check`] (status, fsck, audit).
+
+mod check;
+mod clean;
+mod commit;
+mod names;
+mod read;
+mod recover;
+mod write;
+
+pub use check::{FsckReport, Overhead, Status};
+pub use clean::GcReport;
+use write::DirtyCell;
+
+use crate::error::{read_error, Error, Result};
+use crate::log::{self, Op};
+use crate::medium::{Medium, SegmentId, Slot};
+use crate::superblock::{self, Body, Header, FORMAT_VERSION};
+use crate::tree::{
+    addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node, NodePtr,
+    ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
+};
+use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
+use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
+use oubli_crypto::{
+    wipe, CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, PlainBuf, RingProvider,
+    SecretKey, TAG_LEN,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use zeroize::Zeroizing;
+
+/// Object id of the root directory every store has.
+pub const ROOT_DIR: u64 = 1;
+/// Default cell size: the unit of encryption and erasure for object data.
+pub const DEFAULT_CELL_SIZE: u32 = 32 * 1024;
+/// Data segments are closed at this size (or the medium's capacity, if smaller).
+const DATA_SEGMENT_TARGET: u64 = 64 << 20;
+/// Buffered (not yet sealed) data above which the buffer is written out.
+const WRITE_BUFFER_MAX: usize = 32 << 20;
+
+/// When an epoch ends on its own. `None` disables a trigger; `purge`/`commit` always work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochPolicy {
+    pub interval: Option<Duration>,
+    pub bytes: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+impl Default for EpochPolicy {
+    fn default() -> Self {
+        EpochPolicy {
+            interval: Some(Duration::from_secs(60)),
+            bytes: Some(1 << 30),
+            deletions: Some(1000),
+        }
+    }
+}
+
+impl EpochPolicy {
+    /// Commit only when asked.
+    pub fn manual() -> Self {
+        EpochPolicy {
+            interval: None,
+            bytes: None,
+            deletions: None,
+        }
+    }
+}
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct Options {
+    pub provider: Arc<dyn CryptoProvider>,
+    pub key_scheme: Arc<dyn KeyScheme>,
+    pub policy: EpochPolicy,
+    /// Open without writing anything: no recovery commit, mutations refused.
+    pub read_only: bool,
+    /// Bytes of decrypted tree nodes kept in memory.
+    pub node_cache_bytes: usize,
+    /// What to do when the vault cannot take a commit.
+    pub vault_failure: VaultFailurePolicy,
+    /// When the store reclaims space by itself.
+    pub cleaner: CleanerPolicy,
+}
+
+/// When the store runs the cleaner by itself: right after a commit its
+/// epoch policy triggered (never in a store committed only by hand), when
+/// dead bytes are both a large share and a large amount. A run holds the
+/// engine lock, so it copies a bounded amount of live data and costs two
+/// more commits (two vault writes: mind a TPM's endurance).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerPolicy {
+    /// Clean once dead bytes exceed this share of the medium's bytes...
+    pub dead_share: f64,
+    /// ...and this many bytes. `u64::MAX` turns the cleaner off.
+    pub min_dead_bytes: u64,
+    /// Segments whose live share is under this are emptied (their live units copied).
+    pub threshold: f64,
+    /// At most this many live bytes are copied per run; emptiest segments first.
+    pub max_move_bytes: u64,
+}
+
+impl Default for CleanerPolicy {
+    fn default() -> Self {
+        CleanerPolicy {
+            dead_share: 0.5,
+            min_dead_bytes: 256 << 20,
+            threshold: 0.5,
+            max_move_bytes: 128 << 20,
+        }
+    }
+}
+
+impl CleanerPolicy {
+    /// Never clean automatically (`oubli gc` still does).
+    pub fn off() -> Self {
+        CleanerPolicy {
+            min_dead_bytes: u64::MAX,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the store does when the vault is unreachable at commit time
+/// (token unplugged, TPM error). Nothing is lost either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VaultFailurePolicy {
+    /// Keep the epoch open and retry at the next trigger: writes go on and
+    /// are durable; deletions stay recoverable until a commit succeeds
+    /// (`status` says so).
+    #[default]
+    KeepEpochOpen,
+    /// Refuse new changes (`Error::WritesRefused`) until a commit succeeds:
+    /// nothing more is deleted — or written — while erasure cannot happen.
+    RefuseWrites,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            provider: Arc::new(RingProvider::new()),
+            key_scheme: Arc::new(ParentPointerScheme),
+            policy: EpochPolicy::default(),
+            read_only: false,
+            node_cache_bytes: 64 << 20,
+            vault_failure: VaultFailurePolicy::default(),
+            cleaner: CleanerPolicy::default(),
+        }
+    }
+}
+
+/// Parameters fixed when a store is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateOptions {
+    pub cell_size: u32,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            cell_size: DEFAULT_CELL_SIZE,
+        }
+    }
+}
+
+/// The store. All methods take `&self`. One lock serialises changes to the
+/// tree; sealing of whole cells and the reading and opening of units happen
+/// outside it, so several threads encrypt and decrypt in parallel.
+pub struct Store {
+    engine: Mutex<Engine>,
+    shared: Shared,
+}
+
+/// What never changes while a store is open, usable without the engine lock.
+struct Shared {
+    medium: Arc<dyn Medium>,
+    provider: Arc<dyn CryptoProvider>,
+    scheme: Arc<dyn KeyScheme>,
+    cell_size: u32,
+    /// Readers outside the engine lock hold it shared; deleting a segment
+    /// takes it exclusively, so a unit never vanishes under a reader.
+    io_guard: Arc<RwLock<()>>,
+}
+
+#[derive(Default)]
+struct EpochStats {
+    bytes_written: u64,
+    deletions: u64,
+    freed_bytes: u64,
+}
+
+struct Engine {
+    ctx: Ctx,
+    vault: Arc<dyn Vault>,
+    store_id: StoreId,
+    epoch: u64,
+    epoch_key: SecretKey,
+    active_slot: Slot,
+    cell_size: u32,
+    tree: Tree,
+    next_oid: u64,
+    next_segment: SegmentId,
+    /// Current data segment and its write position.
+    data_segment: Option<(SegmentId, u64)>,
+    segment_target: u64,
+    log_segment: SegmentId,
+    log_offset: u64,
+    log_seq: u64,
+    /// Ops applied to the tree but not yet in the log.
+    pending: Vec<Op>,
+    /// Units appended since the last sync.
+    unsynced: bool,
+    dirty: BTreeMap<(u64, u64), DirtyCell>,
+    dirty_bytes: usize,
+    /// Objects whose size grew by writes; their record is logged at the next flush.
+    size_dirty: BTreeSet<u64>,
+    live_bytes: u64,
+    stats: EpochStats,
+    policy: EpochPolicy,
+    committed_at: u64,
+    read_only: bool,
+    /// Set when a medium write failed: the in-memory state may be ahead of
+    /// the medium, so mutations are refused until the store is reopened.
+    poisoned: Option<String>,
+    /// A commit whose vault write may or may not have happened.
+    vault_unknown: Option<(VaultRecord, Slot, SegmentId, String)>,
+    last_commit_error: Option<String>,
+    /// Segments to delete once the next commit has made them unreachable.
+    doomed_segments: Vec<SegmentId>,
+    vault_failure: VaultFailurePolicy,
+    cleaner: CleanerPolicy,
+    /// Under [`VaultFailurePolicy::RefuseWrites`]: why and since when the
+    /// vault could not take a commit.
+    vault_down: Option<(String, std::time::Instant)>,
+}
+
+/// How often a refused write retries the commit the vault failed.
+const VAULT_RETRY: Duration = Duration::from_secs(5);
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// FNV-1a: the name hash that orders directory entries inside the (encrypted) tree.
+pub fn name_hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in name {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn object_key(oid: u64) -> Key {
+    Key::new(oid, KIND_OBJECT, 0)
+}
+fn cell_key(oid: u64, cell: u64) -> Key {
+    Key::new(oid, KIND_CELL, cell)
+}
+
+impl Store {
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine in an unknown state;
+        // refuse further use rather than continue on it.
+        match self.engine.lock() {
+            Ok(g) => g,
+            Err(poison) => {
+                let mut g = poison.into_inner();
+                g.poisoned
+                    .get_or_insert_with(|| "a previous operation panicked".into());
+                g
+            }
+        }
+    }
+
+    /// Creates an empty object with front-end metadata; returns its id.
+    pub fn create_object(&self, meta: &[u8]) -> Result<u64> {
+        let mut e = self.lock();
+        e.mutable()?;
+        let oid = e.next_oid;
+        e.apply(
+            Op::SetObject {
+                oid,
+                record: ObjectRecord {
+                    size: 0,
+                    meta: meta.to_vec(),
+                },
+            },
+            true,
+        )?;
+        Ok(oid)
+    }
+
+    /// The object's record (size and metadata).
+    pub fn object(&self, oid: u64) -> Result<ObjectRecord> {
+        self.lock().record(oid)
+    }
+
+    pub fn exists(&self, oid: u64) -> Result<bool> {
+        let e = self.lock();
+        Ok(e.tree.get(&object_key(oid), &e.ctx)?.is_some())
+    }
+
+    pub fn size(&self, oid: u64) -> Result<u64> {
+        Ok(self.lock().record(oid)?.size)
+    }
+
+    /// Replaces the object's front-end metadata.
+    pub fn set_meta(&self, oid: u64, meta: &[u8]) -> Result<()> {
+        let mut e = self.lock();
+        e.mutable()?;
+        let mut record = e.record(oid)?;
+        record.meta = meta.to_vec();
+        e.size_dirty.remove(&oid);
+        e.apply(Op::SetObject { oid, record }, true)
+    }
+
+    /// Replaces the epoch policy of an open store.
+    pub fn set_policy(&self, policy: EpochPolicy) {
+        self.lock().policy = policy;
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    pub fn store_id(&self) -> StoreId {
+        self.lock().store_id
+    }
+}
+
+impl Drop for Store {
+    /// Flushes buffered writes, like closing a file: dropping a store loses
+    /// nothing that was written through it. Errors cannot be reported here;
+    /// call [`Store::flush`] or [`Store::commit`] to see them.
+    fn drop(&mut self) {
+        let e = self.engine.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !e.read_only && e.poisoned.is_none() {
+            let _ = e.flush();
+        }
+    }
+}
+
+impl Engine {
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Io {
+                context: format!(
+                    "an earlier write to the medium failed ({why}); reopen the store to recover"
+                ),
+                source: std::io::Error::other("store poisoned"),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`writable`](Self::writable), and under the refuse-writes policy, no
+    /// new change while the vault could not take the last commit: retries
+    /// the commit (at most every few seconds) and accepts again once it lands.
+    fn mutable(&mut self) -> Result<()> {
+        self.writable()?;
+        let Some((why, since)) = &self.vault_down else {
+            return Ok(());
+        };
+        if since.elapsed() < VAULT_RETRY {
+            return Err(Error::WritesRefused(why.clone()));
+        }
+        match self.commit() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Error::WritesRefused(e.to_string())),
+        }
+    }
+
+    fn poison<T>(&mut self, context: &str, e: std::io::Error) -> Result<T> {
+        self.poisoned = Some(format!("{context}: {e}"));
+        Err(Error::io(context, e))
+    }
+
+    fn record(&self, oid: u64) -> Result<ObjectRecord> {
+        match self.tree.get(&object_key(oid), &self.ctx)? {
+            Some(Value::Object(r)) => Ok(r),
+            _ => Err(Error::NoObject(oid)),
+        }
+    }
+
+    fn bucket(&self, dir: u64, hash: u64) -> Result<NameBucket> {
+        match self.tree.get(&Key::new(dir, KIND_NAMES, hash), &self.ctx)? {
+            Some(Value::Names(b)) => Ok(b),
+            _ => Ok(NameBucket::default()),
+        }
+    }
+
+    /// Accounts for units that left the tree: their space is dead and the key scheme is told.
+    fn release_nodes(&mut self, freed: Vec<NodePtr>) {
+        for p in freed {
+            self.live_bytes = self.live_bytes.saturating_sub(p.len as u64);
+            self.ctx.scheme.release(&p.key);
+        }
+    }
+
+    fn release_cell(&mut self, c: &CellRef) {
+        self.live_bytes = self.live_bytes.saturating_sub(c.sealed_len());
+        self.stats.freed_bytes += c.sealed_len();
+        self.ctx.scheme.release(&c.key);
+    }
+
+    fn tree_insert(&mut self, key: Key, value: Value) -> Result<Option<Value>> {
+        let mut freed = Vec::new();
+        let old = self.tree.insert(key, value, &self.ctx, &mut freed)?;
+        self.release_nodes(freed);
+        Ok(old)
+    }
+
+    fn tree_remove(&mut self, key: &Key) -> Result<Option<Value>> {
+        let mut freed = Vec::new();
+        let old = self.tree.remove(key, &self.ctx, &mut freed)?;
+        self.release_nodes(freed);
+        Ok(old)
+    }
+
+    fn keys_in(&self, from: Key, to: Key) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.tree.scan(&from, &to, &self.ctx, &mut |k, _| {
+            keys.push(*k);
+            true
+        })?;
+        Ok(keys)
+    }
+
+    /// Applies one op to the tree (and queues it for the log when `log`).
+    fn apply(&mut self, op: Op, log: bool) -> Result<()> {
+        match &op {
+            Op::PutCell { oid, cell, cref } => {
+                // Counted here, not where it is appended, so replay counts it too.
+                self.live_bytes += cref.sealed_len();
+                if let Some(Value::Cell(old)) =
+                    self.tree_insert(cell_key(*oid, *cell), Value::Cell(cref.clone()))?
+                {
+                    self.release_cell(&old);
+                }
+            }
+            Op::DropCell { oid, cell } => {
+                if let Some(Value::Cell(old)) = self.tree_remove(&cell_key(*oid, *cell))? {
+                    self.release_cell(&old);
+                    self.stats.deletions += 1;
+                }
+            }
+            Op::DropCells { oid, from, to } => {
+                // Only the cells that exist are visited: a discard of a huge,
+                // mostly empty range costs what it removes.
+                let doomed = self.keys_in(cell_key(*oid, *from), cell_key(*oid, *to))?;
+                if !doomed.is_empty() {
+                    self.stats.deletions += 1;
+                }
+                for k in doomed {
+                    if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
+                        self.release_cell(&old);
+                    }
+                }
+            }
+            Op::SetObject { oid, record } => {
+                self.next_oid = self.next_oid.max(oid + 1);
+                self.tree_insert(object_key(*oid), Value::Object(record.clone()))?;
+            }
+            Op::DeleteObject { oid } => {
+                self.stats.deletions += 1;
+                for k in self.keys_in(object_key(*oid), Key::new(oid + 1, 0, 0))? {
+                    if let Some(Value::Cell(old)) = self.tree_remove(&k)? {
+                        self.release_cell(&old);
+                    }
+                }
+            }
+            Op::PutNames { dir, hash, bucket } => {
+                let key = Key::new(*dir, KIND_NAMES, *hash);
+                let old = if bucket.entries.is_empty() {
+                    self.tree_remove(&key)?
+                } else {
+                    self.tree_insert(key, Value::Names(bucket.clone()))?
+                };
+                // A name that disappeared (unlink, rename over it) is a deletion.
+                if let Some(Value::Names(old)) = old {
+                    if old.entries.iter().any(|e| !bucket.entries.contains(e)) {
+                        self.stats.deletions += 1;
+                    }
+                }
+            }
+        }
+        if log {
+            self.pending.push(op);
+        }
+        Ok(())
+    }
+
+    fn alloc_segment(&mut self) -> SegmentId {
+        let id = self.next_segment;
+        self.next_segment += 1;
+        id
+    }
+
+    /// Appends a sealed unit to the current data segment; returns its address.
+    fn append_unit(&mut self, sealed: &[u8]) -> Result<u64> {
+        let need = sealed.len() as u64;
+        let (seg, off) = match self.data_segment {
+            Some((seg, off)) if off + need <= self.segment_target => (seg, off),
+            _ => (self.alloc_segment(), 0),
+        };
+        if let Err(e) = self.ctx.medium.append(seg, off, sealed) {
+            return self.poison("appending to a data segment", e);
+        }
+        self.data_segment = Some((seg, off + need));
+        self.unsynced = true;
+        Ok(addr(seg, off as u32))
+    }
+
+    fn sync(&mut self, context: &str) -> Result<()> {
+        if let Err(e) = self.ctx.medium.sync() {
+            return self.poison(context, e);
+        }
+        self.unsynced = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,587 @@
+//! The write path: whole cells sealed before the lock, partial cells merged in a buffer, truncate, punch and delete — every way a unit leaves the tree.
+
+use super::*;
+
+/// A whole cell sealed before taking the engine lock.
+/// The whole cells of one write, sealed before the engine lock is taken and
+/// laid out back to back (ciphertext ‖ tag per cell) so they are appended to
+/// the medium in one piece.
+pub(super) struct SealedRun {
+    first_cell: u64,
+    /// `key_refs.len()` units of `cell_size + TAG_LEN` bytes each.
+    bytes: Vec<u8>,
+    key_refs: Vec<KeyRef>,
+}
+
+/// Below this many units, a read or write does its crypto on the calling thread.
+pub(super) const PARALLEL_MIN_UNITS: usize = 8;
+
+pub(super) fn crypto_threads(units: usize) -> usize {
+    if units < PARALLEL_MIN_UNITS {
+        return 1;
+    }
+    // Asked once: each call reads the cgroup files again.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    cores.min(4).min(units / (PARALLEL_MIN_UNITS / 2)).max(1)
+}
+
+/// The opened old content of a cell a write merges into, read before the
+/// engine lock was taken; used only if the tree still points at `addr`.
+pub(super) struct Prefetched {
+    cell: u64,
+    addr: u64,
+    plain: PlainBuf,
+}
+
+/// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())` of the cell.
+pub(super) struct DirtyCell {
+    pub(super) start: u32,
+    pub(super) data: PlainBuf,
+}
+
+impl Store {
+    /// Writes `data` at `offset`, extending the object if needed. The old
+    /// bytes of an overwritten range are erased at the next commit.
+    pub fn write(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let sealed = self.seal_whole_cells(oid, offset, data);
+        let mut prefetched = Vec::new();
+        let mut e = self.lock();
+        // The old content of a partly overwritten cell (at most the first and
+        // the last of the write) is read and opened without the lock, so
+        // writers to other cells and readers go on meanwhile. A writer that
+        // replaces the cell in between makes the merge read it again, under
+        // the lock; one retry here keeps that rare.
+        for _ in 0..2 {
+            let wanted = e.cells_to_merge(oid, offset, data.len() as u64, &prefetched)?;
+            if wanted.is_empty() {
+                break;
+            }
+            let guard = self
+                .shared
+                .io_guard
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            drop(e);
+            let sh = &self.shared;
+            for (cell, c) in wanted {
+                let plain = open_cell_unit(
+                    &*sh.medium,
+                    &*sh.provider,
+                    &*sh.scheme,
+                    sh.cell_size,
+                    oid,
+                    cell,
+                    &c,
+                )?;
+                prefetched.retain(|p: &Prefetched| p.cell != cell);
+                prefetched.push(Prefetched {
+                    cell,
+                    addr: c.addr,
+                    plain,
+                });
+            }
+            drop(guard);
+            e = self.lock();
+        }
+        e.write(oid, offset, data, sealed, &mut prefetched)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Seals every whole, aligned cell of a write under a fresh key, before
+    /// the engine lock is taken, on several threads for large writes.
+    pub(super) fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Option<SealedRun> {
+        let cs = self.shared.cell_size as usize;
+        let first = offset.div_ceil(cs as u64);
+        let end = offset.checked_add(data.len() as u64)?;
+        let count = (end / cs as u64).checked_sub(first).filter(|&n| n > 0)? as usize;
+        let unit = cs + TAG_LEN;
+        let mut keys = Vec::with_capacity(count);
+        let mut key_refs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
+            keys.push(key);
+            key_refs.push(key_ref);
+        }
+        let mut bytes = vec![0u8; count * unit];
+        let skip = (first * cs as u64 - offset) as usize;
+        let seal = |units: &mut [u8], index: usize| {
+            for (k, sealed) in units.chunks_mut(unit).enumerate() {
+                let i = index + k;
+                let (body, tag) = sealed.split_at_mut(cs);
+                body.copy_from_slice(&data[skip + i * cs..skip + (i + 1) * cs]);
+                let cell = first + i as u64;
+                tag.copy_from_slice(&self.shared.provider.seal_detached(
+                    &keys[i],
+                    &cell_aad(oid, cell, 0, cs as u32),
+                    body,
+                ));
+            }
+        };
+        let threads = crypto_threads(count);
+        if threads == 1 {
+            seal(&mut bytes, 0);
+        } else {
+            let per = count.div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (t, part) in bytes.chunks_mut(per * unit).enumerate() {
+                    let seal = &seal;
+                    scope.spawn(move || seal(part, t * per));
+                }
+            });
+        }
+        Some(SealedRun {
+            first_cell: first,
+            bytes,
+            key_refs,
+        })
+    }
+
+    /// Sets the size; bytes past a smaller size are erased at the next commit.
+    pub fn truncate(&self, oid: u64, size: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.truncate(oid, size)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Zeroes `[offset, offset+len)` (deallocating whole cells); the old bytes are erased at the next commit.
+    pub fn punch_hole(&self, oid: u64, offset: u64, len: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.punch(oid, offset, len)?;
+        e.maybe_commit();
+        Ok(())
+    }
+
+    /// Deletes the object and all its data; erased at the next commit.
+    pub fn delete(&self, oid: u64) -> Result<()> {
+        let mut e = self.lock();
+        e.delete(oid)?;
+        e.maybe_commit();
+        Ok(())
+    }
+}
+
+impl Engine {
+    pub(super) fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<PlainBuf> {
+        open_cell_unit(
+            &*self.ctx.medium,
+            &*self.ctx.provider,
+            &*self.ctx.scheme,
+            self.cell_size,
+            oid,
+            cell,
+            c,
+        )
+    }
+
+    /// The current content of a cell as (start, bytes): buffered, or read from the tree.
+    pub(super) fn cell_content(&self, oid: u64, cell: u64) -> Result<Option<(u32, PlainBuf)>> {
+        if let Some(d) = self.dirty.get(&(oid, cell)) {
+            return Ok(Some((d.start, PlainBuf::copy_of(&d.data))));
+        }
+        match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+            Some(Value::Cell(c)) => Ok(Some((c.start, self.read_cell(oid, cell, &c)?))),
+            _ => Ok(None),
+        }
+    }
+
+    pub(super) fn set_dirty(&mut self, oid: u64, cell: u64, start: u32, data: PlainBuf) {
+        self.dirty_bytes += data.len();
+        if let Some(old) = self.dirty.insert((oid, cell), DirtyCell { start, data }) {
+            self.dirty_bytes -= old.data.len();
+        }
+    }
+
+    pub(super) fn take_dirty(&mut self, oid: u64, cell: u64) -> Option<DirtyCell> {
+        let d = self.dirty.remove(&(oid, cell))?;
+        self.dirty_bytes -= d.data.len();
+        Some(d)
+    }
+
+    /// Seals a buffered cell into a new unit under a fresh key and puts it in the tree.
+    pub(super) fn write_out(&mut self, oid: u64, cell: u64) -> Result<()> {
+        let Some(d) = self.take_dirty(oid, cell) else {
+            return Ok(());
+        };
+        self.seal_cell(oid, cell, d.start, &d.data)
+    }
+
+    /// Seals `bytes` as the new content of a cell (from `start`) and puts it in the tree.
+    pub(super) fn seal_cell(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        start: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let len = bytes.len() as u32;
+        let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
+        let mut sealed = Vec::with_capacity(bytes.len() + TAG_LEN);
+        sealed.extend_from_slice(bytes);
+        self.ctx
+            .provider
+            .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
+        self.put_sealed(oid, cell, start, len, &sealed, key_ref)
+    }
+
+    /// Appends a run of sealed whole cells (in as few pieces as segment
+    /// boundaries allow) and points the tree at them.
+    pub(super) fn put_run(&mut self, oid: u64, run: SealedRun) -> Result<()> {
+        let unit = self.cell_size as usize + TAG_LEN;
+        let mut cell = run.first_cell;
+        let mut key_refs = run.key_refs.into_iter();
+        for piece in self.split_for_segments(&run.bytes, unit) {
+            let base = self.append_unit(piece)?;
+            for k in 0..piece.len() / unit {
+                let key = key_refs.next().expect("one key per unit");
+                self.take_dirty(oid, cell);
+                let cref = CellRef {
+                    start: 0,
+                    len: self.cell_size,
+                    addr: base + (k * unit) as u64,
+                    key,
+                };
+                self.apply(Op::PutCell { oid, cell, cref }, true)?;
+                cell += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts `bytes` (units of `unit` bytes) into pieces that each fit the
+    /// current data segment or a fresh one.
+    pub(super) fn split_for_segments<'b>(&self, bytes: &'b [u8], unit: usize) -> Vec<&'b [u8]> {
+        let mut pieces = Vec::new();
+        let mut room = match self.data_segment {
+            Some((_, off)) => self.segment_target.saturating_sub(off),
+            None => 0,
+        };
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let mut fit = (room as usize / unit) * unit;
+            if fit == 0 {
+                room = self.segment_target;
+                fit = ((room as usize / unit) * unit).max(unit);
+            }
+            let (piece, tail) = rest.split_at(fit.min(rest.len()));
+            pieces.push(piece);
+            room = room.saturating_sub(piece.len() as u64);
+            rest = tail;
+        }
+        pieces
+    }
+
+    /// Appends a sealed cell unit and points the tree at it.
+    pub(super) fn put_sealed(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        start: u32,
+        len: u32,
+        sealed: &[u8],
+        key: KeyRef,
+    ) -> Result<()> {
+        let addr = self.append_unit(sealed)?;
+        let cref = CellRef {
+            start,
+            len,
+            addr,
+            key,
+        };
+        self.apply(Op::PutCell { oid, cell, cref }, true)
+    }
+
+    pub(super) fn write_out_all(&mut self) -> Result<()> {
+        let cells: Vec<(u64, u64)> = self.dirty.keys().copied().collect();
+        for (oid, cell) in cells {
+            self.write_out(oid, cell)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn write(
+        &mut self,
+        oid: u64,
+        offset: u64,
+        data: &[u8],
+        sealed: Option<SealedRun>,
+        prefetched: &mut Vec<Prefetched>,
+    ) -> Result<()> {
+        self.mutable()?;
+        let mut record = self.record(oid)?;
+        if data.is_empty() {
+            // POSIX: a zero-length write does not extend the object.
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
+        let cs = self.cell_size as u64;
+        let mut sealed = sealed;
+        let mut pos = offset;
+        while pos < end {
+            let cell = pos / cs;
+            let from = (pos % cs) as u32;
+            let n = (cs - from as u64).min(end - pos) as u32;
+            let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
+            if from == 0 && n as u64 == cs {
+                // The run of whole cells, sealed before the lock was taken.
+                let run = sealed.take().filter(|r| r.first_cell == cell);
+                let run = run.expect("seal_whole_cells covers every whole cell");
+                pos += run.key_refs.len() as u64 * cs;
+                self.put_run(oid, run)?;
+                continue;
+            }
+            self.merge_into_cell(oid, cell, from, chunk, prefetched)?;
+            pos += n as u64;
+        }
+        if end > record.size {
+            record.size = end;
+            self.tree_insert(object_key(oid), Value::Object(record))?;
+            self.size_dirty.insert(oid);
+        }
+        self.stats.bytes_written += data.len() as u64;
+        if self.dirty_bytes > WRITE_BUFFER_MAX {
+            self.write_out_all()?;
+        }
+        Ok(())
+    }
+
+    /// The cells a write of `len` bytes at `offset` only partly covers whose
+    /// old content the merge needs: in the tree, not buffered, not wholly
+    /// inside the write, and not among `prefetched` already.
+    pub(super) fn cells_to_merge(
+        &self,
+        oid: u64,
+        offset: u64,
+        len: u64,
+        prefetched: &[Prefetched],
+    ) -> Result<Vec<(u64, CellRef)>> {
+        let cs = self.cell_size as u64;
+        let end = offset.saturating_add(len);
+        // A missing object has no cells: the write itself reports it.
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut edges = vec![offset / cs];
+        if (end - 1) / cs != offset / cs {
+            edges.push((end - 1) / cs);
+        }
+        let mut wanted = Vec::new();
+        for cell in edges {
+            let from = offset.max(cell * cs) - cell * cs;
+            let to = end.min((cell + 1) * cs) - cell * cs;
+            if (from == 0 && to == cs) || self.dirty.contains_key(&(oid, cell)) {
+                continue;
+            }
+            if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+                let covered = from <= c.start as u64 && c.start as u64 + c.len as u64 <= to;
+                let have = prefetched
+                    .iter()
+                    .any(|p| p.cell == cell && p.addr == c.addr);
+                if !covered && !have {
+                    wanted.push((cell, c));
+                }
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Writes `chunk` at byte `from` of a cell: into its buffered content in
+    /// place when it fits there, else merged with the cell's old content (the
+    /// new content spans both ranges; gaps are zeros) and buffered. A cell
+    /// that becomes whole is sealed at once.
+    pub(super) fn merge_into_cell(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        from: u32,
+        chunk: &[u8],
+        prefetched: &mut Vec<Prefetched>,
+    ) -> Result<()> {
+        let to = from + chunk.len() as u32;
+        if let Some(d) = self.dirty.get_mut(&(oid, cell)) {
+            if d.start <= from && to as usize <= d.start as usize + d.data.len() {
+                let at = (from - d.start) as usize;
+                d.data[at..at + chunk.len()].copy_from_slice(chunk);
+                return Ok(());
+            }
+        }
+        let old = match self.take_dirty(oid, cell) {
+            Some(d) => Some((d.start, d.data)),
+            None => match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
+                // Wholly overwritten: the old bytes are not needed.
+                Some(Value::Cell(c)) if from <= c.start && c.start + c.len <= to => None,
+                Some(Value::Cell(c)) => {
+                    let at = prefetched
+                        .iter()
+                        .position(|p| p.cell == cell && p.addr == c.addr);
+                    let plain = match at {
+                        Some(i) => prefetched.swap_remove(i).plain,
+                        None => self.read_cell(oid, cell, &c)?,
+                    };
+                    Some((c.start, plain))
+                }
+                _ => None,
+            },
+        };
+        let (start, bytes) = match old {
+            Some((old_start, mut old)) if !old.is_empty() => {
+                let old_end = old_start + old.len() as u32;
+                if old_start <= from && to <= old_end {
+                    old[(from - old_start) as usize..][..chunk.len()].copy_from_slice(chunk);
+                    (old_start, old)
+                } else {
+                    let (s, e) = (old_start.min(from), old_end.max(to));
+                    let mut merged = PlainBuf::zeroed((e - s) as usize);
+                    merged[(old_start - s) as usize..][..old.len()].copy_from_slice(&old);
+                    merged[(from - s) as usize..][..chunk.len()].copy_from_slice(chunk);
+                    (s, merged)
+                }
+            }
+            _ => (from, PlainBuf::copy_of(chunk)),
+        };
+        let full = start == 0 && bytes.len() as u64 == self.cell_size as u64;
+        self.set_dirty(oid, cell, start, bytes);
+        if full {
+            self.write_out(oid, cell)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps only the bytes of a cell inside `[keep_from, keep_to)` (cell-relative), zeroing `[zero_from, zero_to)`.
+    pub(super) fn rewrite_cell(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        zero_from: u32,
+        zero_to: u32,
+    ) -> Result<()> {
+        let Some((start, mut bytes)) = self.cell_content(oid, cell)? else {
+            return Ok(());
+        };
+        let end = start + bytes.len() as u32;
+        if zero_to <= start || zero_from >= end {
+            return Ok(());
+        }
+        let (mut s, mut e) = (start, end);
+        if zero_from <= start {
+            s = zero_to.min(end);
+        }
+        if zero_to >= end {
+            e = zero_from.max(s);
+        }
+        if s >= e {
+            self.take_dirty(oid, cell);
+            return self.apply(Op::DropCell { oid, cell }, true);
+        }
+        for i in zero_from.max(s)..zero_to.min(e) {
+            bytes[(i - start) as usize] = 0;
+        }
+        let kept = PlainBuf::copy_of(&bytes[(s - start) as usize..(e - start) as usize]);
+        self.set_dirty(oid, cell, s, kept);
+        // Seal now: the old unit (with the removed bytes) must leave the tree
+        // before the next commit, and an unflushed buffer is not in the tree.
+        self.write_out(oid, cell)
+    }
+
+    pub(super) fn truncate(&mut self, oid: u64, size: u64) -> Result<()> {
+        self.mutable()?;
+        let mut record = self.record(oid)?;
+        if size < record.size {
+            let cs = self.cell_size as u64;
+            let boundary = size / cs;
+            let cut = (size % cs) as u32;
+            let first_dropped = if cut == 0 { boundary } else { boundary + 1 };
+            let doomed: Vec<(u64, u64)> = self
+                .dirty
+                .range((oid, first_dropped)..(oid, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for (o, c) in doomed {
+                self.take_dirty(o, c);
+            }
+            self.apply(
+                Op::DropCells {
+                    oid,
+                    from: first_dropped,
+                    to: u64::MAX,
+                },
+                true,
+            )?;
+            if cut > 0 {
+                self.rewrite_cell(oid, boundary, cut, self.cell_size)?;
+            }
+        }
+        record.size = size;
+        self.size_dirty.remove(&oid);
+        self.apply(Op::SetObject { oid, record }, true)
+    }
+
+    pub(super) fn punch(&mut self, oid: u64, offset: u64, len: u64) -> Result<()> {
+        self.mutable()?;
+        let record = self.record(oid)?;
+        let end = offset.saturating_add(len).min(record.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let cs = self.cell_size as u64;
+        let (first_whole, end_whole) = (offset.div_ceil(cs), end / cs);
+        if first_whole > end_whole {
+            // Inside one cell.
+            let cell = offset / cs;
+            return self.rewrite_cell(oid, cell, (offset % cs) as u32, (end - cell * cs) as u32);
+        }
+        if !offset.is_multiple_of(cs) {
+            self.rewrite_cell(oid, offset / cs, (offset % cs) as u32, cs as u32)?;
+        }
+        if first_whole < end_whole {
+            let doomed: Vec<(u64, u64)> = self
+                .dirty
+                .range((oid, first_whole)..(oid, end_whole))
+                .map(|(k, _)| *k)
+                .collect();
+            for (o, c) in doomed {
+                self.take_dirty(o, c);
+            }
+            self.apply(
+                Op::DropCells {
+                    oid,
+                    from: first_whole,
+                    to: end_whole,
+                },
+                true,
+            )?;
+        }
+        if !end.is_multiple_of(cs) {
+            self.rewrite_cell(oid, end_whole, 0, (end % cs) as u32)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn delete(&mut self, oid: u64) -> Result<()> {
+        self.mutable()?;
+        self.record(oid)?;
+        if oid == ROOT_DIR {
+            return Err(Error::Invalid(
+                "the root directory cannot be deleted".into(),
+            ));
+        }
+        let doomed: Vec<(u64, u64)> = self
+            .dirty
+            .range((oid, 0)..=(oid, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for (o, c) in doomed {
+            self.take_dirty(o, c);
+        }
+        self.size_dirty.remove(&oid);
+        self.apply(Op::DeleteObject { oid }, true)
+    }
+}

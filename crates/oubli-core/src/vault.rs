@@ -50,11 +50,35 @@ pub enum VaultError {
 /// it fails — or the power is cut during it — a later [`load`](Vault::load)
 /// returns either the old record or the new one, never neither. Every write
 /// to the underlying device is counted in [`write_count`](Vault::write_count).
+///
+/// A rotation is two steps on every real vault (write the new record, then
+/// destroy the old one), and the second can fail or be cut by a power loss
+/// while the first is durable. The old key then survives next to the new
+/// one, and with it everything deleted in its epoch. So a vault also tells
+/// what it still holds ([`readable_records`](Vault::readable_records)) and
+/// finishes the job on demand ([`erase_leftovers`](Vault::erase_leftovers)):
+/// the engine calls it on every open and after a `store` that failed once the
+/// new record is in, and reports a commit as done only when it succeeded.
 pub trait Vault: Send + Sync {
     fn info(&self) -> VaultInfo;
     fn load(&self) -> Result<VaultRecord, VaultError>;
     fn store(&self, record: &VaultRecord) -> Result<(), VaultError>;
     fn write_count(&self) -> Result<u64, VaultError>;
+    /// Every record the vault holds that opens with this handle's password
+    /// key: the current one first, then any older leftover a rotation cut
+    /// short has not destroyed yet. It is what an adversary holding the
+    /// vault and the password reads.
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        // TEMPORARY default while the backends gain their own (issue 9).
+        Ok(vec![self.load()?])
+    }
+    /// Destroys every record but the current one (overwritten with zeros or
+    /// deleted on the device), including records sealed under an older
+    /// password. After `Ok`, only the current key is readable.
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        // TEMPORARY default while the backends gain their own (issue 9).
+        Ok(())
+    }
 }
 
 impl<V: Vault + ?Sized> Vault for std::sync::Arc<V> {
@@ -70,6 +94,12 @@ impl<V: Vault + ?Sized> Vault for std::sync::Arc<V> {
     fn write_count(&self) -> Result<u64, VaultError> {
         (**self).write_count()
     }
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        (**self).readable_records()
+    }
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        (**self).erase_leftovers()
+    }
 }
 
 impl<V: Vault + ?Sized> Vault for Box<V> {
@@ -84,5 +114,11 @@ impl<V: Vault + ?Sized> Vault for Box<V> {
     }
     fn write_count(&self) -> Result<u64, VaultError> {
         (**self).write_count()
+    }
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        (**self).readable_records()
+    }
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        (**self).erase_leftovers()
     }
 }

@@ -100,6 +100,10 @@ pub struct AuditReport {
     /// Deleted before the last commit yet still recoverable: an erasure failure.
     pub leaked_units: usize,
     pub unreadable_units: usize,
+    /// Epochs whose key the vault still holds besides the current one (a
+    /// rotation cut between its two steps that could not be finished): what
+    /// was deleted in them is not erased, and `leaked_units` counts it.
+    pub vault_leftover_epochs: Vec<u64>,
 }
 
 /// Opens every superblock in `superblocks` for which `keys` holds the epoch
@@ -148,50 +152,26 @@ pub fn recover(
                     &mut seen_units,
                 );
             }
-            // The epoch's intent log.
-            let mut offset = 0u64;
-            let mut seq = 0u64;
-            loop {
-                let mut len = [0u8; 4];
-                if medium.read(body.log_segment, offset, &mut len).is_err() {
-                    break;
+            // The epoch's intent log: every batch that opens, damaged or not.
+            let keys = log::LogKeys {
+                provider: &*provider,
+                epoch_key: &rec.key,
+                store_id: &rec.store_id,
+                epoch: header.epoch,
+            };
+            let read = log::read_log(&*medium, &body.log_place(), &keys);
+            for op in read.batches.into_iter().flatten() {
+                if let log::Op::PutCell { oid, cell, cref } = op {
+                    open_cell(
+                        &ctx,
+                        oid,
+                        cell,
+                        &cref,
+                        Source::Log(header.epoch),
+                        &mut out,
+                        &mut seen_units,
+                    );
                 }
-                let len = u32::from_le_bytes(len) as u64;
-                if len > medium.segment_capacity() {
-                    break;
-                }
-                let mut sealed = vec![0u8; len as usize];
-                if medium
-                    .read(body.log_segment, offset + 4, &mut sealed)
-                    .is_err()
-                {
-                    break;
-                }
-                let Some(ops) = log::open_frame(
-                    &*provider,
-                    &rec.key,
-                    &rec.store_id,
-                    header.epoch,
-                    seq,
-                    sealed,
-                ) else {
-                    break;
-                };
-                for op in ops {
-                    if let log::Op::PutCell { oid, cell, cref } = op {
-                        open_cell(
-                            &ctx,
-                            oid,
-                            cell,
-                            &cref,
-                            Source::Log(header.epoch),
-                            &mut out,
-                            &mut seen_units,
-                        );
-                    }
-                }
-                offset += 4 + len;
-                seq += 1;
             }
         }
     }

@@ -47,6 +47,10 @@ pub enum Error {
     WritesRefused(String),
     #[error("the last commit could not reach the vault and its outcome is unknown; writes cannot be made durable until the vault answers: {0}")]
     VaultStateUnknown(String),
+    #[error("erasure incomplete: the vault still holds epoch {epoch}'s key, so what was deleted in it is still recoverable (the vault could not destroy it: {why}); retried at the next commit and every open")]
+    ErasureIncomplete { epoch: u64, why: String },
+    #[error("integrity failure: {0}")]
+    LogDamaged(String),
 }
 
 impl Error {

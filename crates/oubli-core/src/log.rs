@@ -1,15 +1,30 @@
-//! The intent log: tree operations acknowledged by a flush, sealed in batches under keys derived from the epoch key.
+//! The intent log: tree operations acknowledged by a flush, sealed in batches under keys derived from the epoch key, with a tally that proves how many were acknowledged.
 //!
-//! Each epoch has its own log segment. A flush appends one *frame*: a 4-byte
-//! length and one AEAD-sealed batch of [`Op`]s. The batch key is derived from
-//! the epoch key and the batch's sequence number, so the log dies with the
-//! epoch key: once the vault holds the next epoch's key, nothing in an old log
-//! — including the keys of cells written and deleted within that epoch — opens.
+//! Each epoch has its own log segment and its own *tally* segment. A flush
+//! appends one *frame* to the log — a 4-byte length, a fresh random salt and
+//! one AEAD-sealed batch of [`Op`]s — syncs, then appends one *tally record*
+//! (the number of batches and the log's end, authenticated) and syncs again.
+//! Only then is the flush acknowledged. So on replay every batch the tally
+//! counts must be there and open; only batches past it (a flush cut before it
+//! returned) may be missing or torn. Truncating the log or damaging a length
+//! field is reported ([`LogRead::damage`]), never taken for a short log.
+//!
+//! Keys: a batch's key is derived from the epoch key, the batch's sequence
+//! number *and its salt*, so two different frames never share a key (and
+//! hence a nonce), even when a crash makes the store seal a new batch with
+//! the sequence number of one that was written but lost. The log dies with
+//! the epoch key: once the vault holds the next epoch's key, nothing in an
+//! old log — including the keys of cells written and deleted within that
+//! epoch — opens.
+//!
+//! Stores of format version 1 have frames without salt and no tally; they are
+//! still read ([`LogFormat::V1`]) and upgraded by the first commit.
 
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::medium::{Medium, SegmentId};
 use crate::tree::{CellRef, NameBucket, ObjectRecord};
 use crate::vault::StoreId;
-use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
+use oubli_crypto::{CryptoProvider, KeyRef, SecretKey, TAG_LEN};
 
 /// One logical change to the tree. Replaying the ops of a log in order on the
 /// epoch's committed tree reproduces every flushed state.
@@ -44,27 +59,6 @@ pub enum Op {
         hash: u64,
         bucket: NameBucket,
     },
-}
-
-fn batch_key(
-    provider: &dyn CryptoProvider,
-    epoch_key: &SecretKey,
-    store_id: &StoreId,
-    epoch: u64,
-    seq: u64,
-) -> SecretKey {
-    let mut ctx = store_id.to_vec();
-    ctx.extend_from_slice(&epoch.to_le_bytes());
-    ctx.extend_from_slice(&seq.to_le_bytes());
-    provider.derive(epoch_key, b"oubli/intent-log", &ctx)
-}
-
-fn batch_aad(epoch: u64, seq: u64) -> Vec<u8> {
-    let mut w = Writer::default();
-    w.raw(b"oubli/log/v1");
-    w.u64(epoch);
-    w.u64(seq);
-    w.buf
 }
 
 pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
@@ -181,42 +175,322 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
     Ok(ops)
 }
 
-/// Seals a batch into a frame ready to append to the log segment.
-pub fn seal_frame(
-    provider: &dyn CryptoProvider,
-    epoch_key: &SecretKey,
-    store_id: &StoreId,
-    epoch: u64,
+/// Bytes of random salt in every frame and tally record.
+pub const SALT_LEN: usize = 16;
+/// A v2 frame starts with its sealed length (u32) and its salt.
+const FRAME_HEADER: usize = 4 + SALT_LEN;
+/// A v1 frame starts with its sealed length only.
+const FRAME_HEADER_V1: usize = 4;
+/// salt ‖ u64 batches ‖ u64 log end ‖ tag.
+pub const TALLY_RECORD_LEN: usize = SALT_LEN + 8 + 8 + TAG_LEN;
+
+/// The frame layout of an epoch's log, fixed by its superblock's format version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Format 1: no salt, no tally (read only, for stores made before them).
+    V1,
+    /// Format 2: salted frames and a tally segment.
+    V2,
+}
+
+/// What identifies an epoch's log and opens it.
+pub struct LogKeys<'a> {
+    pub provider: &'a dyn CryptoProvider,
+    pub epoch_key: &'a SecretKey,
+    pub store_id: &'a StoreId,
+    pub epoch: u64,
+}
+
+impl LogKeys<'_> {
+    fn context(&self, rest: &[&[u8]]) -> Vec<u8> {
+        let mut ctx = self.store_id.to_vec();
+        ctx.extend_from_slice(&self.epoch.to_le_bytes());
+        for part in rest {
+            ctx.extend_from_slice(part);
+        }
+        ctx
+    }
+
+    /// The key of batch `seq` sealed with `salt` (`None`: a v1 frame). Public
+    /// so that tests can prove no two frames ever share one.
+    pub fn batch_key(&self, seq: u64, salt: Option<&[u8; SALT_LEN]>) -> SecretKey {
+        match salt {
+            None => self.provider.derive(
+                self.epoch_key,
+                b"oubli/intent-log",
+                &self.context(&[&seq.to_le_bytes()]),
+            ),
+            Some(salt) => self.provider.derive(
+                self.epoch_key,
+                b"oubli/intent-log/v2",
+                &self.context(&[&seq.to_le_bytes(), salt]),
+            ),
+        }
+    }
+
+    fn tally_key(&self, salt: &[u8; SALT_LEN]) -> SecretKey {
+        self.provider
+            .derive(self.epoch_key, b"oubli/log-tally", &self.context(&[salt]))
+    }
+}
+
+fn batch_aad(format: LogFormat, epoch: u64, seq: u64, sealed_len: u32) -> Vec<u8> {
+    let mut w = Writer::default();
+    match format {
+        LogFormat::V1 => w.raw(b"oubli/log/v1"),
+        LogFormat::V2 => w.raw(b"oubli/log/v2"),
+    }
+    w.u64(epoch);
+    w.u64(seq);
+    // v2 authenticates the frame's length field too.
+    if format == LogFormat::V2 {
+        w.u32(sealed_len);
+    }
+    w.buf
+}
+
+fn tally_aad(epoch: u64, batches: u64, end: u64) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.raw(b"oubli/log-tally/v2");
+    w.u64(epoch);
+    w.u64(batches);
+    w.u64(end);
+    w.buf
+}
+
+fn fresh_salt(provider: &dyn CryptoProvider) -> [u8; SALT_LEN] {
+    let mut salt = [0u8; SALT_LEN];
+    provider.fill_random(&mut salt);
+    salt
+}
+
+/// Seals batch `seq` into a frame ready to append to the log, under a key
+/// of its own (fresh salt).
+pub fn seal_frame(keys: &LogKeys, seq: u64, ops: &[Op]) -> Vec<u8> {
+    seal_frame_with_salt(keys, seq, ops, fresh_salt(keys.provider))
+}
+
+pub(crate) fn seal_frame_with_salt(
+    keys: &LogKeys,
     seq: u64,
     ops: &[Op],
+    salt: [u8; SALT_LEN],
 ) -> Vec<u8> {
     let mut body = encode_ops(ops);
-    provider.seal(
-        &batch_key(provider, epoch_key, store_id, epoch, seq),
-        &batch_aad(epoch, seq),
+    let sealed_len = (body.len() + TAG_LEN) as u32;
+    keys.provider.seal(
+        &keys.batch_key(seq, Some(&salt)),
+        &batch_aad(LogFormat::V2, keys.epoch, seq, sealed_len),
         &mut body,
     );
-    let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    let mut frame = Vec::with_capacity(FRAME_HEADER + body.len());
+    frame.extend_from_slice(&sealed_len.to_le_bytes());
+    frame.extend_from_slice(&salt);
     frame.extend_from_slice(&body);
     frame
 }
 
-/// Opens the sealed part of a frame; `None` if it does not authenticate.
-pub fn open_frame(
-    provider: &dyn CryptoProvider,
-    epoch_key: &SecretKey,
-    store_id: &StoreId,
-    epoch: u64,
-    seq: u64,
-    mut sealed: Vec<u8>,
-) -> Option<Vec<Op>> {
-    provider
-        .open(
-            &batch_key(provider, epoch_key, store_id, epoch, seq),
-            &batch_aad(epoch, seq),
-            &mut sealed,
+/// Seals a tally record: `batches` batches are acknowledged, and the log's
+/// first `end` bytes hold them.
+pub fn seal_tally(keys: &LogKeys, batches: u64, end: u64) -> Vec<u8> {
+    seal_tally_with_salt(keys, batches, end, fresh_salt(keys.provider))
+}
+
+pub(crate) fn seal_tally_with_salt(
+    keys: &LogKeys,
+    batches: u64,
+    end: u64,
+    salt: [u8; SALT_LEN],
+) -> Vec<u8> {
+    let mut rec = Vec::with_capacity(TALLY_RECORD_LEN);
+    rec.extend_from_slice(&salt);
+    rec.extend_from_slice(&batches.to_le_bytes());
+    rec.extend_from_slice(&end.to_le_bytes());
+    let tag = keys.provider.seal_detached(
+        &keys.tally_key(&salt),
+        &tally_aad(keys.epoch, batches, end),
+        &mut [],
+    );
+    rec.extend_from_slice(&tag);
+    rec
+}
+
+/// Opens one tally record: `(batches, end)`.
+fn open_tally(keys: &LogKeys, rec: &[u8]) -> Option<(u64, u64)> {
+    let salt: [u8; SALT_LEN] = rec[..SALT_LEN].try_into().ok()?;
+    let batches = u64::from_le_bytes(rec[SALT_LEN..SALT_LEN + 8].try_into().ok()?);
+    let end = u64::from_le_bytes(rec[SALT_LEN + 8..SALT_LEN + 16].try_into().ok()?);
+    let tag: &[u8; TAG_LEN] = rec[SALT_LEN + 16..].try_into().ok()?;
+    keys.provider
+        .open_detached(
+            &keys.tally_key(&salt),
+            &tally_aad(keys.epoch, batches, end),
+            &mut [],
+            tag,
         )
         .ok()?;
-    decode_ops(&sealed).ok()
+    Some((batches, end))
+}
+
+/// The header of a frame as it lies on the medium, for tests that inspect
+/// what was written: `(sealed length, salt)` of a v2 frame.
+pub fn frame_header(frame: &[u8]) -> Option<(u32, [u8; SALT_LEN])> {
+    let len = u32::from_le_bytes(frame.get(..4)?.try_into().ok()?);
+    let salt = frame.get(4..FRAME_HEADER)?.try_into().ok()?;
+    Some((len, salt))
+}
+
+/// Where an epoch's log lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPlace {
+    pub segment: SegmentId,
+    /// The tally segment (v2 only).
+    pub tally: Option<SegmentId>,
+    pub format: LogFormat,
+}
+
+/// What reading an epoch's log found.
+#[derive(Debug, Default)]
+pub struct LogRead {
+    /// The batches that open, in order.
+    pub batches: Vec<Vec<Op>>,
+    /// Where the next frame goes: the end of the last batch that opened.
+    pub end: u64,
+    /// Batches the tally proves were acknowledged.
+    pub acknowledged: u64,
+    /// End of the tally's valid records.
+    pub tally_end: u64,
+    /// Whether the log segment exists at all (a flush started in this epoch).
+    pub exists: bool,
+    /// Why an acknowledged batch is missing or damaged: the log was
+    /// truncated or tampered with. `batches` holds what opened before it.
+    pub damage: Option<String>,
+}
+
+/// One frame read at `offset`: its ops and where the next frame starts, or
+/// why it could not be read (and the offset the next frame would be at, if
+/// its length field was plausible).
+fn read_frame(
+    medium: &dyn Medium,
+    place: &LogPlace,
+    keys: &LogKeys,
+    offset: u64,
+    seq: u64,
+) -> Result<(Vec<Op>, u64), (String, Option<u64>)> {
+    let header_len = match place.format {
+        LogFormat::V1 => FRAME_HEADER_V1,
+        LogFormat::V2 => FRAME_HEADER,
+    };
+    let mut header = [0u8; FRAME_HEADER];
+    medium
+        .read(place.segment, offset, &mut header[..header_len])
+        .map_err(|e| (format!("missing ({e})"), None))?;
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    if (len as usize) < TAG_LEN || len as u64 > medium.segment_capacity() {
+        return Err((format!("its length field ({len}) is out of range"), None));
+    }
+    let next = offset + header_len as u64 + len as u64;
+    let mut sealed = vec![0u8; len as usize];
+    medium
+        .read(place.segment, offset + header_len as u64, &mut sealed)
+        .map_err(|e| (format!("cut short ({e})"), None))?;
+    let salt: Option<[u8; SALT_LEN]> = match place.format {
+        LogFormat::V1 => None,
+        LogFormat::V2 => Some(header[4..FRAME_HEADER].try_into().expect("salt")),
+    };
+    let opened = keys.provider.open(
+        &keys.batch_key(seq, salt.as_ref()),
+        &batch_aad(place.format, keys.epoch, seq, len),
+        &mut sealed,
+    );
+    if opened.is_err() {
+        return Err(("it does not authenticate".into(), Some(next)));
+    }
+    let ops = decode_ops(&sealed).map_err(|e| (format!("it does not decode ({e})"), Some(next)))?;
+    Ok((ops, next))
+}
+
+/// The tally's last valid record: `(batches, end, bytes of valid records)`.
+/// Records are read until the first that does not open (the torn record of
+/// a flush cut before it returned, or stale bytes past the segment's end).
+fn read_tally(medium: &dyn Medium, tally: SegmentId, keys: &LogKeys) -> (u64, u64, u64) {
+    let mut last = (0, 0, 0);
+    let mut rec = [0u8; TALLY_RECORD_LEN];
+    let mut at = 0u64;
+    while medium.read(tally, at, &mut rec).is_ok() {
+        match open_tally(keys, &rec) {
+            Some((batches, end)) if batches > last.0 => {
+                last = (batches, end, at + rec.len() as u64)
+            }
+            _ => break,
+        }
+        at += rec.len() as u64;
+    }
+    last
+}
+
+/// Reads an epoch's log: every batch that opens, checked against the tally.
+/// A batch past the tally that does not open ends the log (a flush cut
+/// before it was acknowledged); an acknowledged one that is missing or does
+/// not open — or an unacknowledged one followed by one that opens — is
+/// reported in [`LogRead::damage`].
+pub fn read_log(medium: &dyn Medium, place: &LogPlace, keys: &LogKeys) -> LogRead {
+    let mut out = LogRead {
+        exists: matches!(medium.segment_len(place.segment), Ok(Some(_))),
+        ..LogRead::default()
+    };
+    let (acknowledged, acked_end, tally_end) = place
+        .tally
+        .map(|t| read_tally(medium, t, keys))
+        .unwrap_or((0, 0, 0));
+    out.acknowledged = acknowledged;
+    out.tally_end = tally_end;
+    let describe = |seq: u64, offset: u64, why: &str| {
+        format!(
+            "intent log of epoch {}: batch {seq} (segment {} offset {offset}) {why}",
+            keys.epoch, place.segment
+        )
+    };
+    let mut offset = 0u64;
+    let mut seq = 0u64;
+    loop {
+        match read_frame(medium, place, keys, offset, seq) {
+            Ok((ops, next)) => {
+                out.batches.push(ops);
+                offset = next;
+                seq += 1;
+                if seq == out.acknowledged && offset != acked_end {
+                    out.damage = Some(describe(
+                        seq - 1,
+                        offset,
+                        &format!("ends at {offset}, but the tally says {acked_end}"),
+                    ));
+                    break;
+                }
+            }
+            Err((why, next)) => {
+                if seq < out.acknowledged {
+                    out.damage = Some(describe(
+                        seq,
+                        offset,
+                        &format!(
+                            "is {why}, but {} batches were acknowledged: the log was truncated or damaged",
+                            out.acknowledged
+                        ),
+                    ));
+                } else if next.is_some_and(|n| read_frame(medium, place, keys, n, seq + 1).is_ok())
+                {
+                    // Not a torn tail: a later batch opens, so this one was acknowledged.
+                    out.damage = Some(describe(
+                        seq,
+                        offset,
+                        &format!("is {why}, yet the next batch opens"),
+                    ));
+                }
+                break;
+            }
+        }
+    }
+    out.end = offset;
+    out
 }

@@ -7,7 +7,9 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
-pub const FORMAT_VERSION: u16 = 1;
+/// Version 2: salted intent-log frames and the log tally (docs/FORMAT.md).
+/// Version 1 stores still open; their first commit writes version 2.
+pub const FORMAT_VERSION: u16 = 2;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;
 
 /// The header every superblock slot starts with, readable without keys.
@@ -29,6 +31,8 @@ pub struct Body {
     pub next_segment: u32,
     /// The segment carrying this epoch's intent log.
     pub log_segment: u32,
+    /// The segment carrying the log's tally (format 2; `None` in format 1).
+    pub log_tally: Option<u32>,
     /// Sealed bytes reachable from the root (data cells and nodes).
     pub live_bytes: u64,
     /// Seconds since the Unix epoch when this epoch was committed.
@@ -103,6 +107,12 @@ pub fn seal(
     w.u64(body.next_oid);
     w.u32(body.next_segment);
     w.u32(body.log_segment);
+    if header.version >= 2 {
+        w.u32(
+            body.log_tally
+                .expect("a format-2 superblock names its log tally"),
+        );
+    }
     w.u64(body.live_bytes);
     w.u64(body.committed_at);
     let mut sealed = w.buf;
@@ -124,7 +134,7 @@ pub fn open(
 ) -> Result<(Header, Body)> {
     let (header, sealed_len) =
         parse_header(bytes)?.ok_or_else(|| Error::Corrupt("superblock magic".into()))?;
-    if header.version != FORMAT_VERSION {
+    if !(1..=FORMAT_VERSION).contains(&header.version) {
         return Err(Error::Version(header.version));
     }
     if bytes.len() < HEADER_LEN + sealed_len {
@@ -157,6 +167,11 @@ pub fn open(
             next_oid: r.u64()?,
             next_segment: r.u32()?,
             log_segment: r.u32()?,
+            log_tally: if header.version >= 2 {
+                Some(r.u32()?)
+            } else {
+                None
+            },
             live_bytes: r.u64()?,
             committed_at: r.u64()?,
         })
@@ -166,4 +181,18 @@ pub fn open(
         return Err(Error::Corrupt("superblock cell size".into()));
     }
     Ok((header, body))
+}
+
+impl Body {
+    /// Where this epoch's intent log lives, and in which format.
+    pub fn log_place(&self) -> crate::log::LogPlace {
+        crate::log::LogPlace {
+            segment: self.log_segment,
+            tally: self.log_tally,
+            format: match self.log_tally {
+                Some(_) => crate::log::LogFormat::V2,
+                None => crate::log::LogFormat::V1,
+            },
+        }
+    }
 }

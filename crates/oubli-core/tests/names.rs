@@ -1,25 +1,11 @@
 //! Directory entries: link, lookup, list, unlink and rename, including replacement and large directories.
 
-use oubli_core::{CreateOptions, EpochPolicy, Error, Options, Store, Vault, ROOT_DIR};
-use oubli_media::MemMedium;
-use oubli_vault::MemoryVault;
-use std::sync::Arc;
+mod common;
+
+use oubli_core::{CreateOptions, Error, Store, ROOT_DIR};
 
 fn store() -> Store {
-    let vault = Arc::new(MemoryVault::empty());
-    Store::create(
-        Arc::new(MemMedium::new()),
-        move |r| {
-            vault.store(r)?;
-            Ok(vault)
-        },
-        CreateOptions::default(),
-        Options {
-            policy: EpochPolicy::manual(),
-            ..Options::default()
-        },
-    )
-    .unwrap()
+    common::store(CreateOptions::default())
 }
 
 #[test]

@@ -55,25 +55,22 @@ fn metadata_plaintexts(
             }
             at += 8 + 4;
             let log_segment = u32::from_le_bytes(body[at..at + 4].try_into().unwrap());
-            let (mut offset, mut seq) = (0u64, 0u64);
-            loop {
-                let mut len = [0u8; 4];
-                if medium.read(log_segment, offset, &mut len).is_err() {
-                    break;
-                }
-                let len = u32::from_le_bytes(len) as u64;
-                let mut sealed = vec![0u8; len as usize];
-                if len == 0 || medium.read(log_segment, offset + 4, &mut sealed).is_err() {
-                    break;
-                }
-                let Some(ops) =
-                    oubli_core::log::open_frame(provider, &rec.key, &store_id, epoch, seq, sealed)
-                else {
-                    break;
-                };
+            // Format 2 names the log's tally next; the frames are read with
+            // the engine's log reader (salted keys, tally checks).
+            let log_tally = u32::from_le_bytes(body[at + 4..at + 8].try_into().unwrap());
+            let place = oubli_core::log::LogPlace {
+                segment: log_segment,
+                tally: Some(log_tally),
+                format: oubli_core::log::LogFormat::V2,
+            };
+            let keys = oubli_core::log::LogKeys {
+                provider,
+                epoch_key: &rec.key,
+                store_id: &store_id,
+                epoch,
+            };
+            for ops in oubli_core::log::read_log(medium, &place, &keys).batches {
                 out.push(oubli_core::log::encode_ops(&ops));
-                offset += 4 + len;
-                seq += 1;
             }
         }
     }

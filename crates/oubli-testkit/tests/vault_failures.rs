@@ -199,3 +199,72 @@ fn refuse_writes_policy_stops_changes_until_a_commit_lands() {
     store.write(oid, 0, b"after").unwrap();
     assert_eq!(store.read(oid, 0, 5).unwrap(), b"after");
 }
+
+/// Issue 9 item 4: while a rotation's outcome is unknown, writes, deletions
+/// and object growth are still accepted in memory; when the vault answers
+/// that the new key is in, none of them may be lost: they go to the new
+/// epoch's log (the next flush is acknowledged only once they are durable)
+/// and the deletions stay pending until the next commit erases them.
+#[test]
+fn operations_accepted_while_the_outcome_is_unknown_are_kept_and_erased_later() {
+    let mut s = setup();
+    let epoch = s.store.epoch();
+    // The vault takes the new key but its answer is lost, and the engine's
+    // question afterwards gets a record it cannot place: outcome unknown.
+    s.vault.fail_after_write_next_store();
+    s.vault.garbage_on_next_load();
+    assert!(matches!(s.store.commit(), Err(Error::VaultStateUnknown(_))));
+    let before = s.store.status().unwrap().pending_deletions;
+    for step in [
+        Step::Delete { pick: 1 },
+        Step::Create,
+        Step::Write {
+            pick: 1,
+            off: 0,
+            len: 20_000,
+        },
+        Step::Write {
+            pick: 0,
+            off: 0,
+            len: 3_000,
+        },
+    ] {
+        s.runner.step(&s.store, &step).unwrap();
+    }
+    // The vault answers again: it holds the new key, so the commit happened.
+    s.runner.step(&s.store, &Step::Flush).unwrap();
+    assert_eq!(s.store.epoch(), epoch + 1);
+    let status = s.store.status().unwrap();
+    assert!(
+        status.pending_deletions >= 2,
+        "the deletion and the overwrite made meanwhile are pending, got {} (was {before})",
+        status.pending_deletions
+    );
+    // Acknowledged by that flush: a power cut keeps all of it.
+    drop(s.crash_and_reopen());
+    // The next commit erases what was deleted while the outcome was unknown.
+    s.runner.step(&s.store, &Step::Commit).unwrap();
+    s.assert_erased();
+    drop(s.crash_and_reopen());
+}
+
+/// Issue 9 item 4: a commit that fails at the vault must not forget which
+/// objects grew, or the next flush logs their data without their size.
+#[test]
+fn a_failed_commit_does_not_forget_grown_sizes() {
+    let mut s = setup();
+    s.runner
+        .step(
+            &s.store,
+            &Step::Write {
+                pick: 1,
+                off: 30_000,
+                len: 9_000,
+            },
+        )
+        .unwrap();
+    s.vault.fail_next_stores(1);
+    assert!(matches!(s.store.commit(), Err(Error::Vault(_))));
+    s.runner.step(&s.store, &Step::Flush).unwrap();
+    drop(s.crash_and_reopen());
+}

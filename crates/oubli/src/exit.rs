@@ -47,10 +47,11 @@ pub fn exit_code(error: &Error) -> i32 {
         | Error::WrongVault
         | Error::VaultBehind { .. }
         | Error::VaultStateUnknown(_)
+        | Error::ErasureIncomplete { .. }
         | Error::WritesRefused(_) => VAULT,
         Error::NotInitialized(_) => NO_STORE,
         Error::AlreadyInitialized(_) | Error::Exists(_) => EXISTS,
-        Error::Rollback { .. } | Error::Corrupt(_) => INTEGRITY,
+        Error::Rollback { .. } | Error::Corrupt(_) | Error::LogDamaged(_) => INTEGRITY,
         Error::NoName(_) | Error::NoObject(_) => NO_NAME,
         Error::Invalid(_) => USAGE,
         Error::Version(_) | Error::ReadOnly => UNEXPECTED,
@@ -84,6 +85,14 @@ mod tests {
                 VAULT,
             ),
             (Error::Corrupt("x".into()), INTEGRITY),
+            (Error::LogDamaged("x".into()), INTEGRITY),
+            (
+                Error::ErasureIncomplete {
+                    epoch: 3,
+                    why: "x".into(),
+                },
+                VAULT,
+            ),
             (
                 Error::Rollback {
                     found: vec![1],

@@ -29,6 +29,13 @@ pub struct Status {
     pub next_commit_in: Option<u64>,
     /// Why the last automatic commit failed (the epoch stays open and is retried).
     pub last_commit_error: Option<String>,
+    /// Epochs whose key the vault still holds besides the current one: a
+    /// rotation stopped between writing the new key and destroying the old.
+    /// Their deletions are recoverable until the vault erases them (retried
+    /// at every commit and open): "erasure incomplete".
+    pub vault_leftover_epochs: Vec<u64>,
+    /// Why the vault could not destroy them.
+    pub vault_leftover_error: Option<String>,
     pub medium: String,
 }
 
@@ -122,7 +129,10 @@ impl Store {
         })?;
         let mut live = Zeroizing::new(live);
         live.sort_unstable();
-        let mut keys = vec![e.vault.load()?];
+        // The adversary reads the vault's whole content: any older key a
+        // rotation left behind comes with the current one.
+        let mut keys = e.vault.readable_records()?;
+        let vault_leftovers: Vec<u64> = keys.iter().skip(1).map(|r| r.epoch).collect();
         keys.extend(old_keys.iter().cloned());
         let mut report = AuditReport::default();
         let mut epochs = BTreeSet::new();
@@ -168,6 +178,7 @@ impl Store {
             }
         }
         report.epochs_opened = epochs.into_iter().collect();
+        report.vault_leftover_epochs = vault_leftovers;
         Ok(report)
     }
 
@@ -226,6 +237,12 @@ impl Engine {
                 .interval
                 .map(|i| i.as_secs().saturating_sub(since)),
             last_commit_error: self.last_commit_error.clone(),
+            vault_leftover_epochs: self
+                .vault_leftover
+                .as_ref()
+                .map(|l| l.epochs.clone())
+                .unwrap_or_default(),
+            vault_leftover_error: self.vault_leftover.as_ref().map(|l| l.why.clone()),
             medium: medium.describe(),
         })
     }

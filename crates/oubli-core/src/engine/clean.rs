@@ -86,7 +86,7 @@ impl Engine {
             .list_segments()
             .map_err(|e| Error::io("listing segments", e))?;
         for seg in segments {
-            if Some(seg) == current || seg == self.log_segment {
+            if Some(seg) == current || seg == self.log.segment || Some(seg) == self.log.tally {
                 continue;
             }
             let size = self

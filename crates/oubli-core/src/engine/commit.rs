@@ -24,39 +24,122 @@ impl Store {
     }
 }
 
+/// A rotation whose outcome the vault could not tell: the new superblock is
+/// written, the vault may or may not hold the new key. Everything needed to
+/// finish the commit once the vault answers "new", and to keep what was
+/// accepted in the meantime.
+pub(super) struct UnknownRotation {
+    next: VaultRecord,
+    slot: Slot,
+    log: LogPlace,
+    why: String,
+    /// Ops queued before the commit started: the new superblock's tree holds
+    /// them. Those queued after are not in it and go to the new epoch's log.
+    pending_at_commit: usize,
+    /// The epoch's counters when the commit started; what was counted after
+    /// belongs to the new epoch (deletions made meanwhile are still pending).
+    stats_at_commit: EpochStats,
+}
+
+/// What a commit that reached the vault leaves of the epoch it ended: nothing
+/// (the tree holds it all), or what was accepted while its outcome was unknown.
+enum Carry {
+    Nothing,
+    AcceptedMeanwhile {
+        pending_at_commit: usize,
+        stats_at_commit: EpochStats,
+    },
+}
+
 impl Engine {
+    /// Asks the vault again about a rotation whose outcome was unknown.
     pub(super) fn resolve_vault_unknown(&mut self) -> Result<()> {
-        let Some((record, slot, log_segment, why)) = self.vault_unknown.take() else {
+        let Some(unknown) = self.vault_unknown.take() else {
             return Ok(());
         };
-        match self.ctx_vault_load() {
-            Ok(now) if now.epoch == record.epoch && now.key == record.key => {
-                self.finish_commit(record, slot, log_segment);
-                Ok(())
+        match self.vault.load() {
+            Ok(now) if now.epoch == unknown.next.epoch && now.key == unknown.next.key => {
+                let previous = self.epoch;
+                let carry = Carry::AcceptedMeanwhile {
+                    pending_at_commit: unknown.pending_at_commit,
+                    stats_at_commit: unknown.stats_at_commit,
+                };
+                self.finish_commit(unknown.next, unknown.slot, unknown.log, carry);
+                // The rotation may have stopped between its two steps.
+                self.erase_vault_leftovers(previous)
             }
+            // The epoch stays open; the ops queued before and after the
+            // attempt are all still pending for this epoch's log.
             Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Ok(()),
             Ok(_) => {
                 self.poisoned =
                     Some("the vault holds a key from neither the current nor the new epoch".into());
-                Err(Error::VaultStateUnknown(why))
+                Err(Error::VaultStateUnknown(unknown.why))
             }
             Err(e) => {
-                let msg = e.to_string();
-                self.vault_unknown = Some((record, slot, log_segment, why));
-                Err(Error::VaultStateUnknown(msg))
+                self.vault_unknown = Some(unknown);
+                Err(Error::VaultStateUnknown(e.to_string()))
             }
         }
     }
 
-    pub(super) fn ctx_vault_load(&self) -> Result<VaultRecord, crate::vault::VaultError> {
-        self.vault.load()
+    /// Destroys the records the vault holds besides the current one (the
+    /// key of `previous` after a rotation cut between its two steps). Until
+    /// that succeeds, the deletions of `previous` are not erased: the error
+    /// says so and `status` shows it.
+    pub(super) fn erase_vault_leftovers(&mut self, previous: u64) -> Result<()> {
+        match self.vault.erase_leftovers() {
+            Ok(()) => {
+                self.vault_leftover = None;
+                Ok(())
+            }
+            Err(e) => {
+                let epochs = self.leftover_epochs().unwrap_or_else(|_| vec![previous]);
+                let epoch = epochs.first().copied().unwrap_or(previous);
+                self.vault_leftover = Some(VaultLeftover {
+                    epochs,
+                    why: e.to_string(),
+                    since: std::time::Instant::now(),
+                });
+                Err(Error::ErasureIncomplete {
+                    epoch,
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Epochs of the records the vault still holds besides the current one.
+    pub(super) fn leftover_epochs(&self) -> Result<Vec<u64>, crate::vault::VaultError> {
+        let records = self.vault.readable_records()?;
+        Ok(records
+            .iter()
+            .skip(1)
+            .map(|r| r.epoch)
+            .filter(|&e| e != self.epoch)
+            .collect())
+    }
+
+    /// Retries a vault erasure that failed, at most every [`VAULT_RETRY`].
+    fn retry_vault_leftovers(&mut self, force: bool) -> Result<()> {
+        let Some(left) = &self.vault_leftover else {
+            return Ok(());
+        };
+        if !force && left.since.elapsed() < VAULT_RETRY {
+            return Err(Error::ErasureIncomplete {
+                epoch: left.epochs.first().copied().unwrap_or(self.epoch),
+                why: left.why.clone(),
+            });
+        }
+        let previous = left.epochs.first().copied().unwrap_or(self.epoch);
+        self.erase_vault_leftovers(previous)
     }
 
     pub(super) fn flush(&mut self) -> Result<()> {
         self.writable()?;
         self.resolve_vault_unknown()?;
         self.write_out_all()?;
-        for oid in std::mem::take(&mut self.size_dirty) {
+        for &oid in &self.size_dirty {
             let record = self.record(oid)?;
             self.pending.push(Op::SetObject { oid, record });
         }
@@ -70,34 +153,63 @@ impl Engine {
         if self.unsynced {
             self.sync("syncing data before the intent log")?;
         }
-        let frame = log::seal_frame(
-            &*self.ctx.provider,
-            &self.epoch_key,
-            &self.store_id,
-            self.epoch,
-            self.log_seq,
-            &self.pending,
+        let keys = LogKeys {
+            provider: &*self.ctx.provider,
+            epoch_key: &self.epoch_key,
+            store_id: &self.store_id,
+            epoch: self.epoch,
+        };
+        let frame = log::seal_frame(&keys, self.log_seq, &self.pending);
+        let tally = log::seal_tally(
+            &keys,
+            self.log_seq + 1,
+            self.log_offset + frame.len() as u64,
         );
-        if self.log_offset + frame.len() as u64 > self.ctx.medium.segment_capacity() {
+        let capacity = self.ctx.medium.segment_capacity();
+        if self.log.format != LogFormat::V2
+            || self.log_offset + frame.len() as u64 > capacity
+            || self.tally_offset + tally.len() as u64 > capacity
+        {
+            // A full log (or a format-1 epoch, which has no tally): the
+            // commit puts everything in the tree and starts a fresh log.
             return self.commit();
         }
+        let tally_segment = self.log.tally.expect("a format-2 log has a tally");
+        // The frame, then the tally that counts it: a batch is acknowledged
+        // only once both are durable, so replay can tell a torn tail (not
+        // counted) from a truncated or damaged log (counted, missing).
         if let Err(e) = self
             .ctx
             .medium
-            .append(self.log_segment, self.log_offset, &frame)
+            .append(self.log.segment, self.log_offset, &frame)
         {
             return self.poison("appending to the intent log", e);
         }
         self.sync("syncing the intent log")?;
+        if let Err(e) = self
+            .ctx
+            .medium
+            .append(tally_segment, self.tally_offset, &tally)
+        {
+            return self.poison("appending to the intent log's tally", e);
+        }
+        self.sync("syncing the intent log's tally")?;
         self.log_offset += frame.len() as u64;
+        self.tally_offset += tally.len() as u64;
         self.log_seq += 1;
         self.pending.clear();
+        self.size_dirty.clear();
         Ok(())
     }
 
     pub(super) fn maybe_commit(&mut self) {
         if self.read_only || self.poisoned.is_some() {
             return;
+        }
+        if self.vault_leftover.is_some() {
+            if let Err(e) = self.retry_vault_leftovers(false) {
+                self.last_commit_error = Some(e.to_string());
+            }
         }
         let p = &self.policy;
         let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
@@ -135,12 +247,16 @@ impl Engine {
         result
     }
 
+    /// The commit protocol of DESIGN §4. `Ok` only once the new epoch is
+    /// committed *and* the vault holds no older key.
     pub(super) fn commit_inner(&mut self) -> Result<()> {
         self.writable()?;
         self.resolve_vault_unknown()?;
+        // A leftover from an earlier rotation: try again first (the rotation
+        // below would overwrite a file or TPM leftover anyway).
+        let _ = self.retry_vault_leftovers(true);
         // 1. Everything buffered becomes units in the tree.
         self.write_out_all()?;
-        self.size_dirty.clear();
         // 2. Every changed node is sealed under a fresh key, children first.
         let mut tree = std::mem::take(&mut self.tree);
         let persisted = tree.persist(&mut |node: &Arc<Node>| {
@@ -171,21 +287,25 @@ impl Engine {
             epoch: self.epoch + 1,
             key: self.ctx.provider.random_key(),
         };
-        let new_log = self.alloc_segment();
+        let log = LogPlace {
+            segment: self.alloc_segment(),
+            tally: Some(self.alloc_segment()),
+            format: LogFormat::V2,
+        };
         let header = Header {
             version: FORMAT_VERSION,
             store_id: self.store_id,
             epoch: next.epoch,
         };
-        let committed_at = now_secs();
         let body = Body {
             cell_size: self.cell_size,
             root,
             next_oid: self.next_oid,
             next_segment: self.next_segment,
-            log_segment: new_log,
+            log_segment: log.segment,
+            log_tally: log.tally,
             live_bytes: self.live_bytes,
-            committed_at,
+            committed_at: now_secs(),
         };
         let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
         let slot = self.active_slot.other();
@@ -194,44 +314,74 @@ impl Engine {
         }
         self.sync("syncing the superblock")?;
         // 5. Only now replace the key in the vault: this is the commit point.
+        let previous = self.epoch;
         if let Err(e) = self.vault.store(&next) {
             let why = e.to_string();
-            return match self.vault.load() {
-                Ok(now) if now.epoch == next.epoch && now.key == next.key => {
-                    self.finish_commit(next, slot, new_log);
-                    self.committed_at = committed_at;
-                    Ok(())
-                }
+            match self.vault.load() {
+                // The new record is in: committed. Its second step (destroying
+                // the old record) may not have happened: finished below.
+                Ok(now) if now.epoch == next.epoch && now.key == next.key => {}
                 // The vault still holds the current key: the epoch stays open,
                 // the intent log keeps every flushed write, a retry will commit.
                 Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => {
-                    Err(Error::Vault(e))
+                    return Err(Error::Vault(e));
                 }
                 _ => {
-                    self.vault_unknown = Some((next, slot, new_log, why.clone()));
-                    Err(Error::VaultStateUnknown(why))
+                    self.vault_unknown = Some(UnknownRotation {
+                        next,
+                        slot,
+                        log,
+                        why: why.clone(),
+                        pending_at_commit: self.pending.len(),
+                        stats_at_commit: self.stats.clone(),
+                    });
+                    return Err(Error::VaultStateUnknown(why));
                 }
-            };
+            }
+            self.finish_commit(next, slot, log, Carry::Nothing);
+            return self.erase_vault_leftovers(previous);
         }
-        self.finish_commit(next, slot, new_log);
-        self.committed_at = committed_at;
+        self.finish_commit(next, slot, log, Carry::Nothing);
+        if self.vault_leftover.is_some() {
+            // An older leftover this rotation did not replace.
+            return self.erase_vault_leftovers(previous);
+        }
         Ok(())
     }
 
-    pub(super) fn finish_commit(&mut self, next: VaultRecord, slot: Slot, new_log: SegmentId) {
-        let old_log = self.log_segment;
+    fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {
+        let old_log = self.log;
         self.epoch = next.epoch;
         self.epoch_key = next.key;
         self.active_slot = slot;
-        self.log_segment = new_log;
+        self.log = log;
         self.log_offset = 0;
+        self.tally_offset = 0;
         self.log_seq = 0;
-        self.pending.clear();
-        self.stats = EpochStats::default();
+        match carry {
+            Carry::Nothing => {
+                self.pending.clear();
+                self.size_dirty.clear();
+                self.stats = EpochStats::default();
+            }
+            Carry::AcceptedMeanwhile {
+                pending_at_commit,
+                stats_at_commit,
+            } => {
+                // Accepted while the vault's answer was unknown: not in the
+                // new superblock's tree, so they stay queued for the new
+                // epoch's log, and its deletions stay pending. (Grown sizes
+                // are logged again: harmless, a record replaces itself.)
+                self.pending
+                    .drain(..pending_at_commit.min(self.pending.len()));
+                self.stats = self.stats.since(&stats_at_commit);
+            }
+        }
         self.committed_at = now_secs();
         // Space only: the old log and unreachable segments are already unreadable.
         let mut doomed = std::mem::take(&mut self.doomed_segments);
-        doomed.push(old_log);
+        doomed.push(old_log.segment);
+        doomed.extend(old_log.tally);
         let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
         for seg in doomed {
             if Some(seg) != self.data_segment.map(|(s, _)| s) {

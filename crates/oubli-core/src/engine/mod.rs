@@ -16,10 +16,11 @@ mod write;
 
 pub use check::{FsckReport, Overhead, Status};
 pub use clean::GcReport;
+use commit::UnknownRotation;
 use write::DirtyCell;
 
 use crate::error::{read_error, Error, Result};
-use crate::log::{self, Op};
+use crate::log::{self, LogFormat, LogKeys, LogPlace, Op};
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
@@ -191,11 +192,36 @@ struct Shared {
     io_guard: Arc<RwLock<()>>,
 }
 
-#[derive(Default)]
-struct EpochStats {
+/// What happened in the current epoch, for the epoch policy and `status`.
+#[derive(Default, Clone)]
+pub(super) struct EpochStats {
     bytes_written: u64,
+    /// Deletion events: unlinks, deleted objects, truncates, punches and
+    /// overwrites of sealed data.
     deletions: u64,
     freed_bytes: u64,
+    /// Sealed units that left the tree (replaced or dropped).
+    units_freed: u64,
+}
+
+impl EpochStats {
+    /// What was counted after `earlier` (a copy of these counters).
+    fn since(&self, earlier: &EpochStats) -> EpochStats {
+        EpochStats {
+            bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
+            deletions: self.deletions.saturating_sub(earlier.deletions),
+            freed_bytes: self.freed_bytes.saturating_sub(earlier.freed_bytes),
+            units_freed: self.units_freed.saturating_sub(earlier.units_freed),
+        }
+    }
+}
+
+/// Older keys the vault still holds because a rotation's second step (or
+/// the erasure on open) failed: the epochs they open are not erased yet.
+pub(super) struct VaultLeftover {
+    epochs: Vec<u64>,
+    why: String,
+    since: std::time::Instant,
 }
 
 struct Engine {
@@ -212,8 +238,10 @@ struct Engine {
     /// Current data segment and its write position.
     data_segment: Option<(SegmentId, u64)>,
     segment_target: u64,
-    log_segment: SegmentId,
+    /// This epoch's intent log: where the next frame and tally record go.
+    log: LogPlace,
     log_offset: u64,
+    tally_offset: u64,
     log_seq: u64,
     /// Ops applied to the tree but not yet in the log.
     pending: Vec<Op>,
@@ -232,7 +260,9 @@ struct Engine {
     /// the medium, so mutations are refused until the store is reopened.
     poisoned: Option<String>,
     /// A commit whose vault write may or may not have happened.
-    vault_unknown: Option<(VaultRecord, Slot, SegmentId, String)>,
+    vault_unknown: Option<UnknownRotation>,
+    /// Set while the vault holds a key older than the current one.
+    vault_leftover: Option<VaultLeftover>,
     last_commit_error: Option<String>,
     /// Segments to delete once the next commit has made them unreachable.
     doomed_segments: Vec<SegmentId>,
@@ -416,6 +446,7 @@ impl Engine {
     fn release_cell(&mut self, c: &CellRef) {
         self.live_bytes = self.live_bytes.saturating_sub(c.sealed_len());
         self.stats.freed_bytes += c.sealed_len();
+        self.stats.units_freed += 1;
         self.ctx.scheme.release(&c.key);
     }
 

@@ -49,8 +49,11 @@ impl Store {
             cell_size: create.cell_size,
             root: None,
             next_oid: ROOT_DIR + 1,
-            next_segment: 1,
+            // The first commit (below, in this function) replaces this log
+            // before anything is written to it.
+            next_segment: 2,
             log_segment: 0,
+            log_tally: Some(1),
             live_bytes: 0,
             committed_at: now_secs(),
         };
@@ -80,6 +83,9 @@ impl Store {
     /// replayed so that a fresh log starts.
     pub fn open(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>, options: Options) -> Result<Store> {
         let record = vault.load()?;
+        // A rotation cut between its two steps left an older key readable:
+        // destroy it before anything else, whatever this open is for.
+        let leftover_error = vault.erase_leftovers().err();
         let provider = options.provider.clone();
         let mut found = Vec::new();
         let mut chosen = None;
@@ -157,14 +163,18 @@ impl Store {
             active_slot: slot,
             cell_size: body.cell_size,
             tree: Tree {
-                root: body.root.map(|(ptr, level)| (Child::Disk(ptr), level)),
+                root: body
+                    .root
+                    .clone()
+                    .map(|(ptr, level)| (Child::Disk(ptr), level)),
             },
             next_oid: body.next_oid,
             next_segment,
             data_segment: None,
             segment_target,
-            log_segment: body.log_segment,
+            log: body.log_place(),
             log_offset: 0,
+            tally_offset: 0,
             log_seq: 0,
             pending: Vec::new(),
             unsynced: false,
@@ -178,14 +188,27 @@ impl Store {
             read_only: options.read_only,
             poisoned: None,
             vault_unknown: None,
+            vault_leftover: None,
             last_commit_error: None,
             doomed_segments: Vec::new(),
             vault_failure: options.vault_failure,
             cleaner: options.cleaner,
             vault_down: None,
         };
-        let replayed = engine.replay_log()?;
-        if replayed > 0 && !engine.read_only {
+        if let Some(e) = leftover_error {
+            // Not fatal: the store opens, `status` and `audit` say that the
+            // previous epoch is not erased yet, and every commit retries.
+            engine.vault_leftover = Some(VaultLeftover {
+                epochs: engine.leftover_epochs().unwrap_or_default(),
+                why: e.to_string(),
+                since: std::time::Instant::now(),
+            });
+        }
+        let log_exists = engine.replay_log()?;
+        // A commit at once puts what was replayed in the tree and starts a
+        // fresh log: the old one may end in a torn frame that nothing can be
+        // appended after. A format-1 epoch is upgraded the same way.
+        if !engine.read_only && (log_exists || engine.log.format != LogFormat::V2) {
             engine.commit()?;
         }
         let shared = Shared {
@@ -203,81 +226,29 @@ impl Store {
 }
 
 impl Engine {
-    /// Replays this epoch's intent log; returns the number of batches applied.
-    pub(super) fn replay_log(&mut self) -> Result<u64> {
-        let medium = self.ctx.medium.clone();
-        let mut applied = 0;
-        loop {
-            let mut len = [0u8; 4];
-            if medium
-                .read(self.log_segment, self.log_offset, &mut len)
-                .is_err()
-            {
-                break;
-            }
-            let len = u32::from_le_bytes(len) as u64;
-            if len < TAG_LEN as u64 || len > medium.segment_capacity() {
-                break;
-            }
-            let mut sealed = vec![0u8; len as usize];
-            if medium
-                .read(self.log_segment, self.log_offset + 4, &mut sealed)
-                .is_err()
-            {
-                break;
-            }
-            let Some(ops) = log::open_frame(
-                &*self.ctx.provider,
-                &self.epoch_key,
-                &self.store_id,
-                self.epoch,
-                self.log_seq,
-                sealed,
-            ) else {
-                // A frame that does not authenticate is normally the torn tail
-                // of the last, unacknowledged flush, and the log ends there.
-                // If the frame after it opens, it was not the tail: an
-                // acknowledged batch was damaged, and that must be reported.
-                if self.next_frame_opens(self.log_offset + 4 + len, self.log_seq + 1) {
-                    return Err(Error::Corrupt(format!(
-                        "intent log batch {} of epoch {} (segment {} offset {})",
-                        self.log_seq, self.epoch, self.log_segment, self.log_offset
-                    )));
-                }
-                break;
-            };
-            for op in ops {
+    /// Replays this epoch's intent log onto the tree; returns whether the
+    /// log segment exists (a flush was at least started in this epoch).
+    /// A batch the log's tally counts as acknowledged that is missing or
+    /// damaged is an integrity failure, never a shorter log.
+    pub(super) fn replay_log(&mut self) -> Result<bool> {
+        let keys = LogKeys {
+            provider: &*self.ctx.provider,
+            epoch_key: &self.epoch_key,
+            store_id: &self.store_id,
+            epoch: self.epoch,
+        };
+        let read = log::read_log(&*self.ctx.medium, &self.log, &keys);
+        if let Some(damage) = read.damage {
+            return Err(Error::LogDamaged(damage));
+        }
+        self.log_seq = read.batches.len() as u64;
+        self.log_offset = read.end;
+        self.tally_offset = read.tally_end;
+        for batch in read.batches {
+            for op in batch {
                 self.apply(op, false)?;
             }
-            self.log_offset += 4 + len;
-            self.log_seq += 1;
-            applied += 1;
         }
-        Ok(applied)
-    }
-
-    pub(super) fn next_frame_opens(&self, offset: u64, seq: u64) -> bool {
-        let medium = &self.ctx.medium;
-        let mut len = [0u8; 4];
-        if medium.read(self.log_segment, offset, &mut len).is_err() {
-            return false;
-        }
-        let len = u32::from_le_bytes(len) as u64;
-        if len < TAG_LEN as u64 || len > medium.segment_capacity() {
-            return false;
-        }
-        let mut sealed = vec![0u8; len as usize];
-        medium
-            .read(self.log_segment, offset + 4, &mut sealed)
-            .is_ok()
-            && log::open_frame(
-                &*self.ctx.provider,
-                &self.epoch_key,
-                &self.store_id,
-                self.epoch,
-                seq,
-                sealed,
-            )
-            .is_some()
+        Ok(read.exists)
     }
 }

@@ -145,7 +145,7 @@ impl Store {
     /// Sets the size; bytes past a smaller size are erased at the next commit.
     pub fn truncate(&self, oid: u64, size: u64) -> Result<()> {
         let mut e = self.lock();
-        e.truncate(oid, size)?;
+        e.as_one_deletion(|e| e.truncate(oid, size))?;
         e.maybe_commit();
         Ok(())
     }
@@ -153,7 +153,7 @@ impl Store {
     /// Zeroes `[offset, offset+len)` (deallocating whole cells); the old bytes are erased at the next commit.
     pub fn punch_hole(&self, oid: u64, offset: u64, len: u64) -> Result<()> {
         let mut e = self.lock();
-        e.punch(oid, offset, len)?;
+        e.as_one_deletion(|e| e.punch(oid, offset, len))?;
         e.maybe_commit();
         Ok(())
     }
@@ -325,6 +325,11 @@ impl Engine {
         let cs = self.cell_size as u64;
         let mut sealed = sealed;
         let mut pos = offset;
+        // Whether the write replaced bytes of sealed units: an overwrite is a
+        // deletion (the old bytes are erased at the next commit), an append
+        // that only extends a cell is not.
+        let freed_before = self.stats.units_freed;
+        let mut overwrote = false;
         while pos < end {
             let cell = pos / cs;
             let from = (pos % cs) as u32;
@@ -338,8 +343,11 @@ impl Engine {
                 self.put_run(oid, run)?;
                 continue;
             }
-            self.merge_into_cell(oid, cell, from, chunk, prefetched)?;
+            overwrote |= self.merge_into_cell(oid, cell, from, chunk, prefetched)?;
             pos += n as u64;
+        }
+        if overwrote || self.stats.units_freed > freed_before {
+            self.stats.deletions += 1;
         }
         if end > record.size {
             record.size = end;
@@ -396,7 +404,8 @@ impl Engine {
     /// Writes `chunk` at byte `from` of a cell: into its buffered content in
     /// place when it fits there, else merged with the cell's old content (the
     /// new content spans both ranges; gaps are zeros) and buffered. A cell
-    /// that becomes whole is sealed at once.
+    /// that becomes whole is sealed at once. Returns whether the chunk
+    /// replaced bytes of the cell's sealed unit.
     pub(super) fn merge_into_cell(
         &mut self,
         oid: u64,
@@ -404,21 +413,26 @@ impl Engine {
         from: u32,
         chunk: &[u8],
         prefetched: &mut Vec<Prefetched>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let to = from + chunk.len() as u32;
         if let Some(d) = self.dirty.get_mut(&(oid, cell)) {
             if d.start <= from && to as usize <= d.start as usize + d.data.len() {
                 let at = (from - d.start) as usize;
                 d.data[at..at + chunk.len()].copy_from_slice(chunk);
-                return Ok(());
+                return Ok(false);
             }
         }
+        let mut replaced_sealed = false;
         let old = match self.take_dirty(oid, cell) {
             Some(d) => Some((d.start, d.data)),
             None => match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
                 // Wholly overwritten: the old bytes are not needed.
-                Some(Value::Cell(c)) if from <= c.start && c.start + c.len <= to => None,
+                Some(Value::Cell(c)) if from <= c.start && c.start + c.len <= to => {
+                    replaced_sealed = true;
+                    None
+                }
                 Some(Value::Cell(c)) => {
+                    replaced_sealed = from < c.start + c.len && c.start < to;
                     let at = prefetched
                         .iter()
                         .position(|p| p.cell == cell && p.addr == c.addr);
@@ -452,7 +466,7 @@ impl Engine {
         if full {
             self.write_out(oid, cell)?;
         }
-        Ok(())
+        Ok(replaced_sealed)
     }
 
     /// Keeps only the bytes of a cell inside `[keep_from, keep_to)` (cell-relative), zeroing `[zero_from, zero_to)`.
@@ -489,6 +503,17 @@ impl Engine {
         // Seal now: the old unit (with the removed bytes) must leave the tree
         // before the next commit, and an unflushed buffer is not in the tree.
         self.write_out(oid, cell)
+    }
+
+    /// Runs a truncate or punch: if it sealed units away (a cell cut short
+    /// and rewritten) without counting a deletion itself, it counts as one.
+    fn as_one_deletion(&mut self, op: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        let (freed, deletions) = (self.stats.units_freed, self.stats.deletions);
+        op(self)?;
+        if self.stats.deletions == deletions && self.stats.units_freed > freed {
+            self.stats.deletions += 1;
+        }
+        Ok(())
     }
 
     pub(super) fn truncate(&mut self, oid: u64, size: u64) -> Result<()> {

@@ -106,6 +106,16 @@ impl Places<'_> {
                 format!("writes are refused until the vault takes a commit: {why}"),
                 "make the vault reachable (plug the token in, check the TPM); writes resume once a commit succeeds".into(),
             ),
+            Error::ErasureIncomplete { epoch, why } => (
+                format!(
+                    "erasure incomplete: the vault {vault} still holds epoch {epoch}'s key ({why}); what was deleted in epoch {epoch} is still recoverable"
+                ),
+                "make the vault writable and reachable; every `oubli` command and every commit retries destroying the old key (`oubli status` shows it)".into(),
+            ),
+            Error::LogDamaged(what) => (
+                format!("integrity failure in store {store}: {what}"),
+                "acknowledged writes are missing from the intent log: the medium was truncated or tampered with; restore the store directory from a backup (or a copy made before the damage)".into(),
+            ),
             Error::NotInitialized(_) => (
                 format!("no store at {store}"),
                 "run `oubli init` first, or point --store / OUBLI_STORE at an existing store".into(),

@@ -30,6 +30,14 @@ pub struct StatusReport {
     pub next_commit_in: Option<u64>,
     /// Why the last automatic commit failed (the epoch stays open, retried).
     pub last_commit_error: Option<String>,
+    /// Epochs whose key the vault still holds besides the current one (a
+    /// rotation cut between its two steps): "erasure incomplete" — what was
+    /// deleted in them is recoverable until the vault destroys them.
+    #[serde(default)]
+    pub vault_leftover_epochs: Vec<u64>,
+    /// Why the vault could not destroy them (retried at every commit and open).
+    #[serde(default)]
+    pub vault_leftover_error: Option<String>,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -109,6 +117,8 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         },
         next_commit_in: s.next_commit_in,
         last_commit_error: s.last_commit_error,
+        vault_leftover_epochs: s.vault_leftover_epochs,
+        vault_leftover_error: s.vault_leftover_error,
         live,
         wear: None,
     })

@@ -124,13 +124,19 @@ pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
 }
 
 fn render_status(r: &StatusReport) -> String {
-    let pending = match (r.pending_deletions, r.pending_erasure_bytes) {
+    let mut pending = match (r.pending_deletions, r.pending_erasure_bytes) {
         (0, 0) => "none".to_string(),
         (n, bytes) => format!(
             "{n} deletion(s), {} of sealed data: erased at the next commit (`oubli commit`)",
             ui::size(bytes)
         ),
     };
+    if !r.vault_leftover_epochs.is_empty() {
+        pending = format!(
+            "{}; {pending} in this epoch",
+            ui::erasure_incomplete(&r.vault_leftover_epochs, r.vault_leftover_error.as_deref())
+        );
+    }
     let writes = r.vault.writes.map_or("unknown".into(), |w| w.to_string());
     let endurance = r
         .vault

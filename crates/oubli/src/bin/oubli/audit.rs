@@ -13,6 +13,7 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
+use crate::ui;
 use oubli::audit::{recover, Recovered, Source};
 use oubli::{
     exit, AuditReport, CryptoProvider, Error, KeyScheme, Medium, Slot, Store, Vault, VaultRecord,
@@ -45,10 +46,14 @@ struct AuditJson {
     store: String,
     /// The store's epoch; `None` when the vault given is older than the store.
     epoch: Option<u64>,
-    /// `ok`, `pending` (deleted since the last commit, erased at the next) or `leaked`.
+    /// `ok`, `pending` (deleted since the last commit, erased at the next),
+    /// `incomplete` (the vault still holds an older key) or `leaked`.
     verdict: &'static str,
     /// Epoch of the vault key(s) the adversary was given.
     vault_epochs: Vec<u64>,
+    /// Epochs whose key the vault still holds besides the current one
+    /// ("erasure incomplete"): a rotation cut between its two steps.
+    vault_leftover_epochs: Vec<u64>,
     /// The store's own medium.
     #[serde(rename = "store_medium")]
     own: Option<OwnReport>,
@@ -148,14 +153,21 @@ pub fn audit(
     let scheme = session::options(Access::Read, &provider).key_scheme;
     let password = g.password()?;
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
-    let mut keys = vec![vault.load().map_err(|e| g.fail(e.into()))?];
+    let mut old_keys = Vec::new();
     for path in vault_copies {
         let old = g.open_vault_at(path, &password, &provider)?;
-        keys.push(old.load().map_err(|e| g.fail(e.into()))?);
+        old_keys.extend(old.readable_records().map_err(|e| g.fail(e.into()))?);
     }
     drop(password);
 
-    let (judge, own) = match g.open_store(vault.clone(), Access::Read, &provider) {
+    let opened = g.open_store(vault.clone(), Access::Read, &provider);
+    // The adversary holds the vault's whole content: the current key and
+    // any older one a rotation left behind (read after the open, which
+    // destroys such leftovers if it can).
+    let mut keys = vault.readable_records().map_err(|e| g.fail(e.into()))?;
+    let vault_leftover_epochs: Vec<u64> = keys.iter().skip(1).map(|k| k.epoch).collect();
+    keys.extend(old_keys);
+    let (judge, own) = match opened {
         Ok(store) => {
             let own = store.audit().map_err(|e| g.fail(e))?;
             let cell_size = u64::from(store.status().map_err(|e| g.fail(e))?.cell_size);
@@ -181,6 +193,7 @@ pub fn audit(
         },
         verdict: "ok",
         vault_epochs: keys.iter().map(|k| k.epoch).collect(),
+        vault_leftover_epochs,
         own: own.map(own_report),
         copies: Vec::new(),
         total: Counts::default(),
@@ -220,6 +233,8 @@ pub fn audit(
     }
     report.verdict = if report.total.leaked_units > 0 {
         "leaked"
+    } else if !report.vault_leftover_epochs.is_empty() {
+        "incomplete"
     } else if report.total.pending_units > 0 {
         "pending"
     } else {
@@ -231,8 +246,16 @@ pub fn audit(
     } else {
         render(&report)
     };
-    if report.total.leaked_units == 0 {
+    if report.total.leaked_units == 0 && report.vault_leftover_epochs.is_empty() {
         return Ok(text);
+    }
+    if report.total.leaked_units == 0 {
+        crate::emit(&text)?;
+        return Err(Failure::new(
+            exit::LEAKED,
+            ui::erasure_incomplete(&report.vault_leftover_epochs, None),
+            "the vault could not destroy an older key after a rotation was cut short; make the vault writable and reachable and run any `oubli` command (each open retries), then audit again",
+        ));
     }
     crate::emit(&text)?;
     Err(Failure::new(
@@ -371,6 +394,10 @@ fn render(r: &AuditJson) -> String {
         "leaked" => format!(
             "verdict: ERASURE FAILURE: {} unit(s) of deleted data can still be recovered\n",
             t.leaked_units
+        ),
+        "incomplete" => format!(
+            "verdict: {}\n",
+            ui::erasure_incomplete(&r.vault_leftover_epochs, None)
         ),
         "pending" => format!(
             "verdict: nothing deleted before the last commit can be recovered; {} unit(s) deleted since then stay recoverable until the next commit (run `oubli commit` to erase them now)\n",

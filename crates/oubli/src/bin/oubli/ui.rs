@@ -129,6 +129,22 @@ pub fn parse_cell_size(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size(s)?).map_err(|_| format!("cell size {s:?} is too large"))
 }
 
+/// The words `status` and `audit` use for a vault that still holds older
+/// keys (a rotation cut between its two steps).
+pub fn erasure_incomplete(epochs: &[u64], why: Option<&str>) -> String {
+    let list: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
+    let mut text = format!(
+        "erasure incomplete: the vault still holds epoch {}'s key, so what was deleted in it is still recoverable",
+        list.join(", ")
+    );
+    if let Some(why) = why {
+        text.push_str(&format!(
+            " (the vault could not destroy it: {why}; retried at every commit and open)"
+        ));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

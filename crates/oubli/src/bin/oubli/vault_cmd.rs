@@ -189,6 +189,7 @@ fn show(g: &Global, json: bool) -> Result<String, Failure> {
             "writes": r.vault.writes,
             "endurance_writes": wear.endurance_writes,
             "overwrite_is_erasure": r.vault.overwrite_is_erasure,
+            "leftover_epochs": r.vault_leftover_epochs,
             "wear": wear,
         });
         return Ok(serde_json::to_string_pretty(&value).expect("plain data") + "\n");
@@ -196,8 +197,17 @@ fn show(g: &Global, json: bool) -> Result<String, Failure> {
     let endurance = wear
         .endurance_writes
         .map_or("unbounded".into(), |e| format!("rated for {e} writes"));
+    let leftover = if r.vault_leftover_epochs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "leftover     {}\n",
+            ui::erasure_incomplete(&r.vault_leftover_epochs, r.vault_leftover_error.as_deref())
+        )
+    };
     Ok(format!(
-        "kind         {}\n\
+        "{leftover}\
+         kind         {}\n\
          location     {}\n\
          writes       {}\n\
          endurance    {endurance}\n\

@@ -68,17 +68,11 @@ pub trait Vault: Send + Sync {
     /// key: the current one first, then any older leftover a rotation cut
     /// short has not destroyed yet. It is what an adversary holding the
     /// vault and the password reads.
-    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
-        // TEMPORARY default while the backends gain their own (issue 9).
-        Ok(vec![self.load()?])
-    }
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError>;
     /// Destroys every record but the current one (overwritten with zeros or
     /// deleted on the device), including records sealed under an older
     /// password. After `Ok`, only the current key is readable.
-    fn erase_leftovers(&self) -> Result<(), VaultError> {
-        // TEMPORARY default while the backends gain their own (issue 9).
-        Ok(())
-    }
+    fn erase_leftovers(&self) -> Result<(), VaultError>;
 }
 
 impl<V: Vault + ?Sized> Vault for std::sync::Arc<V> {

@@ -3,7 +3,7 @@
 use crate::adversary::Adversary;
 use crate::harness;
 use crate::vault::RecordingVault;
-use crate::workload::{Runner, Workload};
+use crate::workload::{Runner, Step, Workload};
 use oubli_core::{Medium, Options, Store, Vault};
 use oubli_media::{Fault, FaultMedium, MemMedium, RecordingMedium, TearMode};
 use std::sync::Arc;
@@ -111,14 +111,85 @@ fn verify_after_crash(
             "after a cut ({mode:?}) the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
         );
     }
-    let current = vault.load().expect("vault");
+    // Everything the vault holds, not only its current record.
+    let held = vault.readable_records().expect("vault");
     for adversary in [Adversary::seize(stack.inner()), Adversary::seize(&crashed)] {
-        let recovered =
-            adversary.recovered_markers(std::slice::from_ref(&current), options.provider.clone());
+        let recovered = adversary.recovered_markers(&held, options.provider.clone());
         let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
         assert!(
             leaked.is_empty(),
             "after a cut ({mode:?}) committed deletions are recoverable: {leaked:?}"
         );
     }
+}
+
+/// Runs the workload with a [`FlakyVault`] and cuts the `nth` commit's
+/// rotation between its two vault steps: the new key is in, the old one
+/// still readable, and the process dies there (its erasure of the old key
+/// fails, then the medium loses power, dropping, tearing or keeping unsynced
+/// writes per `tear`). The store must reopen at the new epoch with every
+/// acknowledged write; the reopen must destroy the old key; and an
+/// adversary holding every byte ever written plus *everything the vault
+/// holds* must open nothing deleted before that commit. Returns `false` if
+/// the workload has fewer than `nth + 1` commits.
+pub fn cut_rotation(workload: &Workload, seed: u64, nth: usize, tear: TearMode) -> bool {
+    let options = harness::options(seed);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create_flaky(recording.clone() as Arc<dyn Medium>, &options);
+    let mut runner = Runner::default();
+    let mut commits = 0;
+    let mut cut = false;
+    for step in &workload.steps {
+        if *step == Step::Commit {
+            if commits == nth {
+                vault.cut_between_steps_next_store();
+                vault.fail_erase(true);
+                match store.commit() {
+                    Err(oubli_core::Error::ErasureIncomplete { .. }) => {}
+                    other => panic!("a cut rotation must report incomplete erasure, got {other:?}"),
+                }
+                assert!(
+                    vault.readable_records().expect("vault").len() > 1,
+                    "the cut left the old key readable"
+                );
+                // The epoch did end: the new superblock holds everything.
+                runner.acked = runner.model.clone();
+                runner.note_commit();
+                cut = true;
+                break;
+            }
+            commits += 1;
+        }
+        runner.step(&store, step).expect("workload step");
+    }
+    if !cut {
+        return false;
+    }
+    drop(store);
+    vault.fail_erase(false);
+    let crashed = Arc::new(RecordingMedium::new(recording.inner().crash(tear, seed)));
+    let reopened = Store::open(
+        crashed.clone() as Arc<dyn Medium>,
+        vault.clone(),
+        options.clone(),
+    )
+    .unwrap_or_else(|e| panic!("store does not reopen after a cut rotation ({tear:?}): {e}"));
+    assert_eq!(
+        runner.acked.diff(&reopened),
+        None,
+        "a cut rotation ({tear:?}) lost acknowledged writes"
+    );
+    let held = vault.readable_records().expect("vault");
+    assert_eq!(held.len(), 1, "the reopen left an older key in the vault");
+    for adversary in [Adversary::seize(&recording), Adversary::seize(&crashed)] {
+        let recovered = adversary.recovered_markers(&held, options.provider.clone());
+        let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
+        assert!(
+            leaked.is_empty(),
+            "after a cut rotation ({tear:?}) deletions of the ended epoch are recoverable: {leaked:?}"
+        );
+    }
+    true
 }

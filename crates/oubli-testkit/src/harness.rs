@@ -1,8 +1,9 @@
 //! Store construction shared by the proof tests: deterministic crypto, small cells, manual epochs.
 
 use crate::vault::RecordingVault;
-use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store};
+use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
 use oubli_crypto::{CryptoProvider, DeterministicProvider};
+use oubli_vault::{FlakyVault, MemoryVault};
 use std::sync::Arc;
 
 /// Segment capacity of the in-memory media of the proof tests: small, so segments rotate and the cleaner has work.
@@ -41,4 +42,27 @@ pub fn create(medium: Arc<dyn Medium>, options: &Options) -> (Store, Arc<Recordi
     )
     .expect("create store");
     (store, vault.expect("vault created"))
+}
+
+/// Creates a store on `medium` whose vault fails on demand (a
+/// [`FlakyVault`] around a [`MemoryVault`]); returns both.
+pub fn create_flaky(
+    medium: Arc<dyn Medium>,
+    options: &Options,
+) -> (Store, Arc<FlakyVault<MemoryVault>>) {
+    let vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
+    let v = vault.clone();
+    let store = Store::create(
+        medium,
+        move |record| {
+            v.store(record)?;
+            Ok(v)
+        },
+        CreateOptions {
+            cell_size: TEST_CELL,
+        },
+        options.clone(),
+    )
+    .expect("create store");
+    (store, vault)
 }

@@ -40,4 +40,10 @@ impl Vault for RecordingVault {
     fn write_count(&self) -> Result<u64, VaultError> {
         self.inner.write_count()
     }
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        self.inner.readable_records()
+    }
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.inner.erase_leftovers()
+    }
 }

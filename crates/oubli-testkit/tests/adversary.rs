@@ -1,6 +1,6 @@
 //! The deletion guarantee tested the way an attacker breaks it: every byte ever written, the current vault, the password.
 
-use oubli_core::Medium;
+use oubli_core::{Error, Medium, Vault};
 use oubli_media::{MemMedium, RecordingMedium};
 use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Step, Workload};
@@ -23,13 +23,13 @@ fn nothing_deleted_before_the_last_commit_opens() {
     for step in &workload.steps {
         runner.step(&store, step).expect("step");
         if *step == Step::Commit && runner.commits % 3 == 0 {
-            check(&recording, &vault, &runner, &options);
+            check(&recording, &*vault, &runner, &options);
             checked += 1;
         }
     }
     store.commit().unwrap();
     runner.note_commit();
-    check(&recording, &vault, &runner, &options);
+    check(&recording, &*vault, &runner, &options);
     println!(
         "adversary: {} epochs, {} checks over every past state, {} deleted marker blocks, none recovered",
         runner.commits,
@@ -48,7 +48,7 @@ fn nothing_deleted_before_the_last_commit_opens() {
 
 fn check(
     recording: &RecordingMedium<MemMedium>,
-    vault: &oubli_testkit::RecordingVault,
+    vault: &dyn oubli_core::Vault,
     runner: &Runner,
     options: &oubli_core::Options,
 ) {
@@ -57,8 +57,9 @@ fn check(
         adversary.plaintext_markers().is_empty(),
         "plaintext on the medium"
     );
-    let current = oubli_core::Vault::load(vault).unwrap();
-    let recovered = adversary.recovered_markers(&[current], options.provider.clone());
+    // The vault's whole content: its current key and anything older it still holds.
+    let held = oubli_core::Vault::readable_records(vault).unwrap();
+    let recovered = adversary.recovered_markers(&held, options.provider.clone());
     let leaked: Vec<_> = recovered.intersection(&runner.erased).take(5).collect();
     assert!(
         leaked.is_empty(),
@@ -170,4 +171,99 @@ fn audit_with_old_copies_and_old_keys() {
     assert!(clean.live_units > 0);
     let control = store.audit_with(&[copy], &[old_key]).unwrap();
     assert!(control.leaked_units > 0, "{control:?}");
+}
+
+/// ≥ 20 epochs in which rotations are cut between their two vault steps
+/// (the old key's destruction failing, then retried), and rotations whose
+/// outcome is unknown while writes and deletions go on. After every commit
+/// the adversary gets every byte ever written and *everything the vault
+/// holds*: nothing deleted before the last commit reported done opens. And
+/// while a cut rotation's erasure is incomplete, the adversary does open the
+/// ended epoch's deletions — the report is honest and this test can fail.
+#[test]
+fn cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done() {
+    let options = harness::options(15);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create_flaky(recording.clone() as Arc<dyn Medium>, &options);
+    let workload = Workload::generate(15, 1000, 64 * 1024, 25);
+    let mut runner = Runner::default();
+    let (mut cut, mut unknown, mut honest) = (0, 0, 0);
+    for step in &workload.steps {
+        if *step != Step::Commit {
+            runner.step(&store, step).expect("step");
+            continue;
+        }
+        match runner.commits % 3 {
+            // Cut between the two steps; destroying the old key fails once.
+            0 => {
+                let before = runner.written.clone();
+                vault.cut_between_steps_next_store();
+                vault.fail_erase(true);
+                match store.commit() {
+                    Err(Error::ErasureIncomplete { .. }) => {}
+                    other => panic!("expected incomplete erasure, got {other:?}"),
+                }
+                let status = store.status().unwrap();
+                assert!(!status.vault_leftover_epochs.is_empty());
+                assert!(!store.audit().unwrap().vault_leftover_epochs.is_empty());
+                // Honest: with the leftover, the ended epoch's deletions open.
+                let held = vault.readable_records().unwrap();
+                let recovered =
+                    Adversary::seize(&recording).recovered_markers(&held, options.provider.clone());
+                let live = runner.model.live_markers();
+                if before.difference(&live).any(|m| recovered.contains(m)) {
+                    honest += 1;
+                }
+                vault.fail_erase(false);
+                // The next commit finishes the job (and commits).
+                runner
+                    .step(&store, &Step::Commit)
+                    .expect("commit after the cut");
+                assert!(store.status().unwrap().vault_leftover_epochs.is_empty());
+                cut += 1;
+            }
+            // The outcome is unknown; work goes on meanwhile.
+            1 => {
+                vault.fail_after_write_next_store();
+                vault.garbage_on_next_load();
+                assert!(matches!(store.commit(), Err(Error::VaultStateUnknown(_))));
+                runner.step(&store, &Step::Create).unwrap();
+                for pick in 0..2 {
+                    runner.step(&store, &Step::Delete { pick }).unwrap();
+                }
+                runner
+                    .step(
+                        &store,
+                        &Step::Write {
+                            pick: 0,
+                            off: 0,
+                            len: 9_000,
+                        },
+                    )
+                    .unwrap();
+                runner.step(&store, &Step::Flush).expect("flush resolves");
+                // The flush found the rotation done; the window's deletions
+                // (pending in the new epoch) are erased by the next commit,
+                // which the check below holds to that.
+                assert!(store.status().unwrap().pending_deletions >= 1);
+                runner.step(&store, &Step::Commit).expect("commit");
+                unknown += 1;
+            }
+            _ => runner.step(&store, step).expect("commit"),
+        }
+        check(&recording, &*vault, &runner, &options);
+    }
+    println!(
+        "adversary: {} epochs, {cut} cut rotations ({honest} showed their leftover), {unknown} unknown outcomes",
+        runner.commits
+    );
+    assert!(runner.commits >= 20, "only {} epochs", runner.commits);
+    assert!(cut >= 5 && unknown >= 5, "{cut} cuts, {unknown} unknown");
+    assert!(
+        honest >= 1,
+        "no cut rotation showed its leftover to the adversary"
+    );
+    assert_eq!(runner.model.diff(&store), None);
 }

@@ -1,7 +1,7 @@
 //! Power cut at every write and sync of a 200+-step workload, with dropped, torn and reordered writes.
 
 use oubli_media::{Fault, TearMode};
-use oubli_testkit::crash::{count_points, cut_at, CutMode};
+use oubli_testkit::crash::{count_points, cut_at, cut_rotation, CutMode};
 use oubli_testkit::workload::{Step, Workload};
 
 #[test]
@@ -54,4 +54,30 @@ fn sweep(seed: u64, steps: usize, max_size: u64) {
         modes.len()
     );
     assert!(points > 200, "only {points} I/O points");
+}
+
+/// Every rotation of a workload cut between its two vault steps, with the
+/// medium's unsynced writes dropped, torn or kept: each reopens at the new
+/// epoch with the acknowledged state, destroys the old key, and leaks
+/// nothing to an adversary holding the vault's whole content.
+#[test]
+fn every_rotation_cut_between_its_two_vault_steps() {
+    let seed = 23;
+    let workload = Workload::generate(seed, 240, 48 * 1024, 12);
+    let mut cuts = 0;
+    for nth in 0.. {
+        let mut reached = false;
+        for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
+            reached = cut_rotation(&workload, seed, nth, tear);
+            if !reached {
+                break;
+            }
+            cuts += 1;
+        }
+        if !reached {
+            break;
+        }
+    }
+    println!("rotation sweep: {cuts} rotations cut between their vault steps");
+    assert!(cuts >= 3 * 15, "only {cuts} cuts");
 }

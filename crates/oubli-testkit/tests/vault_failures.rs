@@ -18,20 +18,7 @@ struct Setup {
 fn setup() -> Setup {
     let options = harness::options(5);
     let medium = Arc::new(RecordingMedium::new(MemMedium::new()));
-    let vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
-    let v = vault.clone();
-    let store = Store::create(
-        medium.clone() as Arc<dyn Medium>,
-        move |r| {
-            v.store(r)?;
-            Ok(v)
-        },
-        oubli_core::CreateOptions {
-            cell_size: harness::TEST_CELL,
-        },
-        options.clone(),
-    )
-    .unwrap();
+    let (store, vault) = harness::create_flaky(medium.clone() as Arc<dyn Medium>, &options);
     let mut runner = Runner::default();
     for step in [
         Step::Create,
@@ -82,8 +69,8 @@ impl Setup {
 
     fn assert_erased(&self) {
         let adversary = Adversary::seize(&self.medium);
-        let current = self.vault.load().unwrap();
-        let recovered = adversary.recovered_markers(&[current], self.options.provider.clone());
+        let held = self.vault.readable_records().unwrap();
+        let recovered = adversary.recovered_markers(&held, self.options.provider.clone());
         assert!(recovered.is_disjoint(&self.runner.erased));
     }
 }

@@ -9,6 +9,7 @@
 use crate::format::{parse_slot, seal_slot, Slot, SlotFault, FILE_LEN, SLOT_COUNT, SLOT_STRIDE};
 use crate::kdf::KdfParams;
 use crate::sealed::{self, Current, KekState};
+use crate::{RotationHook, RotationStep};
 use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
 use oubli_crypto::{CryptoProvider, SecretBytes};
 use std::fs::{File, OpenOptions};
@@ -45,6 +46,7 @@ pub struct FileVault {
     path: PathBuf,
     provider: Arc<dyn CryptoProvider>,
     state: Mutex<KekState>,
+    hook: Mutex<Option<RotationHook>>,
 }
 
 impl std::fmt::Debug for FileVault {
@@ -120,6 +122,7 @@ impl FileVault {
             path,
             provider,
             state: Mutex::new(state),
+            hook: Mutex::new(None),
         };
         // Read back: proves the bytes on disk open with this password.
         vault.load()?;
@@ -145,6 +148,7 @@ impl FileVault {
             path,
             provider,
             state: Mutex::new(state),
+            hook: Mutex::new(None),
         })
     }
 
@@ -156,6 +160,17 @@ impl FileVault {
     /// The Argon2id parameters this handle's password key was derived with.
     pub fn kdf_params(&self) -> KdfParams {
         self.lock().params
+    }
+
+    /// Called at each step of a rotation (as for the TPM and PKCS#11
+    /// vaults): an `Err` stops the rotation there, as a power cut would.
+    pub fn set_rotation_hook(&self, hook: Option<RotationHook>) {
+        *self.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    fn call_hook(&self, step: RotationStep) -> Result<(), VaultError> {
+        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        hook.map_or(Ok(()), |h| h(step))
     }
 
     /// Generation of the current record (1 after create, +1 per replace).
@@ -221,6 +236,7 @@ impl FileVault {
         // is durable. Its higher generation makes it win from then on.
         // (sync_all rather than sync_data: the length never changes, but the
         // file is too small for the stronger flush to cost anything.)
+        self.call_hook(RotationStep::Start)?;
         if let Crash::TornNewSlot(n) = crash {
             write_at(&mut file, target * SLOT_STRIDE, &new_region[..n]).map_err(io_error)?;
             file.sync_all().map_err(io_error)?;
@@ -232,13 +248,13 @@ impl FileVault {
         if crash == Crash::BeforeErase {
             return Err(simulated_crash());
         }
+        self.call_hook(RotationStep::NewRecordWritten)?;
 
         // Step 2: only now overwrite the old record. If this fails the old
         // slot may survive, so the replace is reported as failed even though
-        // reads already return the new record.
-        write_at(&mut file, current_index * SLOT_STRIDE, &[0u8; SLOT_STRIDE]).map_err(io_error)?;
-        file.sync_all().map_err(io_error)?;
-        Ok(())
+        // reads already return the new record (`erase_leftovers` finishes).
+        zero_slots(&mut file, &[current_index])?;
+        self.call_hook(RotationStep::OldRecordCleared)
     }
 
     fn lock(&self) -> MutexGuard<'_, KekState> {
@@ -290,6 +306,49 @@ impl Vault for FileVault {
         let state = self.lock();
         Ok(self.current(&state)?.header.write_count)
     }
+
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        let state = self.lock();
+        let bytes = read_vault_file(&self.path)?;
+        Ok(sealed::readable_records(
+            &parse_slots(&bytes),
+            &state,
+            &*self.provider,
+        ))
+    }
+
+    /// Zeroes every slot but the current one that is not zeros already (a
+    /// clean vault is not written: no wear, no mtime change).
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        let state = self.lock();
+        let bytes = read_vault_file(&self.path)?;
+        let current = self.current(&state)?;
+        let stale: Vec<usize> = (0..SLOT_COUNT)
+            .filter(|&i| i != current.index)
+            .filter(|&i| {
+                bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE]
+                    .iter()
+                    .any(|&b| b != 0)
+            })
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| self.map_open_error(e))?;
+        zero_slots(&mut file, &stale)
+    }
+}
+
+/// Overwrites the slots at `indices` with zeros and syncs.
+fn zero_slots(file: &mut File, indices: &[usize]) -> Result<(), VaultError> {
+    for &i in indices {
+        write_at(file, i * SLOT_STRIDE, &[0u8; SLOT_STRIDE]).map_err(io_error)?;
+    }
+    file.sync_all().map_err(io_error)
 }
 
 fn read_vault_file(path: &Path) -> Result<Vec<u8>, VaultError> {

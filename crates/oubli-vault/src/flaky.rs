@@ -3,6 +3,7 @@
 use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
 use oubli_crypto::SecretKey;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
 
 /// A [`Vault`] wrapper whose failures are switched on by the test. Every
 /// switch is an atomic, so a test thread can flip them while engine threads
@@ -10,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 ///
 /// Precedence: [`unavailable`](Self::unavailable) beats everything; then
 /// [`fail_next_stores`](Self::fail_next_stores); then
-/// [`fail_after_write_next_store`](Self::fail_after_write_next_store).
+/// [`fail_after_write_next_store`](Self::fail_after_write_next_store); then
+/// [`cut_between_steps_next_store`](Self::cut_between_steps_next_store).
+/// [`fail_erase`](Self::fail_erase) only affects `erase_leftovers`.
 #[derive(Debug)]
 pub struct FlakyVault<V: Vault> {
     inner: V,
@@ -18,6 +21,10 @@ pub struct FlakyVault<V: Vault> {
     fail_after_write: AtomicBool,
     garbage_load: AtomicBool,
     down: AtomicBool,
+    cut_next: AtomicBool,
+    erase_fails: AtomicBool,
+    /// The old record a cut rotation left readable.
+    leftover: Mutex<Option<VaultRecord>>,
 }
 
 impl<V: Vault> FlakyVault<V> {
@@ -28,6 +35,9 @@ impl<V: Vault> FlakyVault<V> {
             fail_after_write: AtomicBool::new(false),
             garbage_load: AtomicBool::new(false),
             down: AtomicBool::new(false),
+            cut_next: AtomicBool::new(false),
+            erase_fails: AtomicBool::new(false),
+            leftover: Mutex::new(None),
         }
     }
 
@@ -58,6 +68,23 @@ impl<V: Vault> FlakyVault<V> {
     /// when it opens the superblock, never return data.
     pub fn garbage_on_next_load(&self) {
         self.garbage_load.store(true, Ordering::SeqCst);
+    }
+
+    /// The next store is cut between its two steps, as every real vault's
+    /// rotation can be: the new record reaches the inner vault, the old one
+    /// stays readable (a leftover, listed by `readable_records`), and the
+    /// store fails.
+    pub fn cut_between_steps_next_store(&self) {
+        self.cut_next.store(true, Ordering::SeqCst);
+    }
+
+    /// While `true`, `erase_leftovers` fails and the leftover stays.
+    pub fn fail_erase(&self, fail: bool) {
+        self.erase_fails.store(fail, Ordering::SeqCst);
+    }
+
+    fn leftover(&self) -> std::sync::MutexGuard<'_, Option<VaultRecord>> {
+        self.leftover.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// While `true`, every operation fails with [`VaultError::Unavailable`]
@@ -111,12 +138,42 @@ impl<V: Vault> Vault for FlakyVault<V> {
                 "injected: store failed after the record was written".into(),
             ));
         }
-        self.inner.store(record)
+        if self.cut_next.swap(false, Ordering::SeqCst) {
+            let old = self.inner.load().ok();
+            self.inner.store(record)?;
+            *self.leftover() = old;
+            return Err(VaultError::Unavailable(
+                "injected: rotation cut between its two steps".into(),
+            ));
+        }
+        self.inner.store(record)?;
+        // A complete rotation replaces whatever an earlier cut left.
+        *self.leftover() = None;
+        Ok(())
     }
 
     fn write_count(&self) -> Result<u64, VaultError> {
         self.check_up()?;
         self.inner.write_count()
+    }
+
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        self.check_up()?;
+        let mut records = self.inner.readable_records()?;
+        records.extend(self.leftover().clone());
+        Ok(records)
+    }
+
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.check_up()?;
+        if self.erase_fails.load(Ordering::SeqCst) {
+            return Err(VaultError::Unavailable(
+                "injected: the old record cannot be destroyed".into(),
+            ));
+        }
+        self.inner.erase_leftovers()?;
+        *self.leftover() = None;
+        Ok(())
     }
 }
 
@@ -125,6 +182,26 @@ mod tests {
     use super::*;
     use crate::MemoryVault;
     use std::sync::Arc;
+
+    #[test]
+    fn a_cut_rotation_leaves_the_old_record_until_erased() {
+        let v = FlakyVault::new(MemoryVault::new(rec(1)));
+        v.cut_between_steps_next_store();
+        assert!(matches!(v.store(&rec(2)), Err(VaultError::Unavailable(_))));
+        assert_eq!(v.load().unwrap(), rec(2));
+        assert_eq!(v.readable_records().unwrap(), vec![rec(2), rec(1)]);
+        v.fail_erase(true);
+        assert!(v.erase_leftovers().is_err());
+        assert_eq!(v.readable_records().unwrap().len(), 2);
+        v.fail_erase(false);
+        v.erase_leftovers().unwrap();
+        assert_eq!(v.readable_records().unwrap(), vec![rec(2)]);
+        // A later complete rotation also replaces a leftover.
+        v.cut_between_steps_next_store();
+        let _ = v.store(&rec(3));
+        v.store(&rec(4)).unwrap();
+        assert_eq!(v.readable_records().unwrap(), vec![rec(4)]);
+    }
 
     fn rec(epoch: u64) -> VaultRecord {
         VaultRecord {

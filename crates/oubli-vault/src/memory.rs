@@ -77,6 +77,15 @@ impl Vault for MemoryVault {
     fn write_count(&self) -> Result<u64, VaultError> {
         Ok(self.lock().writes)
     }
+
+    /// One record only: a memory vault's overwrite is perfect.
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        Ok(vec![self.load()?])
+    }
+
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

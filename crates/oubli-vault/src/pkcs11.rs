@@ -519,17 +519,30 @@ impl Pkcs11Vault {
         })
     }
 
-    fn read_current(&self) -> Result<sealed::Current, VaultError> {
+    /// Runs `job` on the token's thread, holding the module exclusively,
+    /// with the session, the target, the KEK and the provider; a transport
+    /// failure drops the connection so the next job reconnects.
+    fn in_session<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&Session, &Target, &KekState, &dyn CryptoProvider) -> Result<T, VaultError>
+            + Send
+            + 'static,
+    ) -> Result<T, VaultError> {
         let target = self.target.clone();
         let state = self.state.clone();
         let provider = self.provider.clone();
         self.worker.run(move |conn| {
             let _module = target.exclusive();
-            let result = (|| {
-                let session = &conn.get()?.session;
-                Ok(target.current(session, &state, &*provider)?.0)
-            })();
+            let result = conn
+                .get()
+                .and_then(|c| job(&c.session, &target, &state, &*provider));
             reset_on_unavailable(conn, result)
+        })
+    }
+
+    fn read_current(&self) -> Result<sealed::Current, VaultError> {
+        self.in_session(|session, target, state, provider| {
+            Ok(target.current(session, state, provider)?.0)
         })
     }
 }
@@ -576,6 +589,32 @@ impl Vault for Pkcs11Vault {
 
     fn write_count(&self) -> Result<u64, VaultError> {
         Ok(self.read_current()?.header.write_count)
+    }
+
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        self.in_session(|session, target, state, provider| {
+            let slots: Vec<_> = target
+                .read_objects(session)?
+                .into_iter()
+                .map(|(_, slot)| slot)
+                .collect();
+            Ok(sealed::readable_records(&slots, state, provider))
+        })
+    }
+
+    /// Destroys every vault object on the token but the current record's.
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.in_session(|session, target, state, provider| {
+            let (current, handles) = target.current(session, state, provider)?;
+            for (i, h) in handles.into_iter().enumerate() {
+                if i != current.index {
+                    session
+                        .destroy_object(h)
+                        .map_err(|e| map_ck(e, "destroy a leftover record"))?;
+                }
+            }
+            Ok(())
+        })
     }
 }
 

@@ -175,6 +175,25 @@ pub(crate) fn current(
     Err(VaultError::WrongPassword)
 }
 
+/// Every record among `slots` that `state` opens, the newest generation
+/// first (so the current record, as [`current`] finds it, comes first).
+pub(crate) fn readable_records(
+    slots: &[Result<Slot, SlotFault>],
+    state: &KekState,
+    provider: &dyn CryptoProvider,
+) -> Vec<VaultRecord> {
+    let mut found: Vec<(u64, VaultRecord)> = slots
+        .iter()
+        .flatten()
+        .filter(|slot| state.unlocks(slot))
+        .filter_map(|slot| {
+            open_slot(provider, &state.kek, slot).map(|r| (slot.header.generation, r))
+        })
+        .collect();
+    found.sort_by_key(|(generation, _)| std::cmp::Reverse(*generation));
+    found.into_iter().map(|(_, record)| record).collect()
+}
+
 /// Refuses a record for another store than the one the vault holds.
 pub(crate) fn check_same_store(
     place: &str,

@@ -465,18 +465,27 @@ impl TpmVault {
         })
     }
 
-    fn read_current(&self) -> Result<sealed::Current, VaultError> {
-        let auth = self.slot_auth();
-        let loc = self.location.clone();
-        let state = self.state.clone();
-        let provider = self.provider.clone();
+    /// Runs `job` on the device thread with what a slot operation needs
+    /// (context, location, slot authorization, KEK, provider); a transport
+    /// failure drops the connection so the next job reconnects.
+    fn on_device<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Context, &SlotAccess) -> Result<T, VaultError> + Send + 'static,
+    ) -> Result<T, VaultError> {
+        let access = SlotAccess {
+            auth: self.slot_auth(),
+            loc: self.location.clone(),
+            state: self.state.clone(),
+            provider: self.provider.clone(),
+        };
         self.worker.run(move |conn| {
-            let result = (|| {
-                let ctx = &mut conn.get()?.ctx;
-                current_in(ctx, &loc, &auth, &state, &*provider)
-            })();
+            let result = conn.get().and_then(|c| job(&mut c.ctx, &access));
             reset_on_unavailable(conn, result)
         })
+    }
+
+    fn read_current(&self) -> Result<sealed::Current, VaultError> {
+        self.on_device(|ctx, a| current_in(ctx, &a.loc, &a.auth, &a.state, &*a.provider))
     }
 }
 
@@ -849,6 +858,36 @@ impl Vault for TpmVault {
     fn write_count(&self) -> Result<u64, VaultError> {
         Ok(self.read_current()?.header.write_count)
     }
+
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        self.on_device(|ctx, a| {
+            let slots = read_slots(ctx, &a.loc, &a.auth)?;
+            Ok(sealed::readable_records(&slots, &a.state, &*a.provider))
+        })
+    }
+
+    /// Writes zeros to the index not holding the current record, unless it
+    /// holds zeros already (an NV write is wear).
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.on_device(|ctx, a| {
+            let current = current_in(ctx, &a.loc, &a.auth, &a.state, &*a.provider)?;
+            for other in (0..2).filter(|&i| i != current.index) {
+                let raw = read_nv(ctx, a.loc.slot_index(other), &a.auth, SLOT_LEN)?;
+                if raw.iter().any(|&b| b != 0) {
+                    write_nv(ctx, a.loc.slot_index(other), &a.auth, &[0u8; SLOT_LEN])?;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// What a job on the TPM's device thread needs to reach the slots.
+struct SlotAccess {
+    auth: Zeroizing<Vec<u8>>,
+    loc: TpmLocation,
+    state: Arc<KekState>,
+    provider: Arc<dyn CryptoProvider>,
 }
 
 fn kind_of(e: &tss_esapi::Error) -> Option<Kind> {

@@ -292,6 +292,74 @@ fn crash_before_erase_loads_new_record() {
     assert_eq!(reopened.write_count().unwrap(), 3);
 }
 
+/// Issue 9 item 1, vault side: a rotation cut between its two steps (by
+/// the hook, as a pulled disk or a power cut would) leaves the old key
+/// readable — on this handle and on any later open — until
+/// `erase_leftovers` zeroes it.
+#[test]
+fn rotation_cut_between_the_steps_leaves_a_leftover_until_erased() {
+    let fx = Fixture::new();
+    let v = fx.create(&rec(1));
+    v.set_rotation_hook(Some(Arc::new(|step| {
+        if step == RotationStep::NewRecordWritten {
+            return Err(VaultError::Unavailable("cut".into()));
+        }
+        Ok(())
+    })));
+    assert!(v.store(&rec(2)).is_err());
+    v.set_rotation_hook(None);
+    assert_eq!(v.load().unwrap(), rec(2));
+    assert_eq!(v.readable_records().unwrap(), vec![rec(2), rec(1)]);
+    let reopened = fx.open("hunter2").unwrap();
+    assert_eq!(reopened.readable_records().unwrap(), vec![rec(2), rec(1)]);
+    reopened.erase_leftovers().unwrap();
+    assert_eq!(reopened.readable_records().unwrap(), vec![rec(2)]);
+    assert_eq!(v.readable_records().unwrap(), vec![rec(2)]);
+    let bytes = fx.bytes();
+    assert!(is_zero(region(&bytes, 0)), "slot A held the old key");
+    assert_eq!(reopened.load().unwrap(), rec(2));
+}
+
+/// Erasing a clean vault writes nothing (a write is wear on hardware, and
+/// every open calls it).
+#[test]
+fn erase_leftovers_on_a_clean_vault_writes_nothing() {
+    let fx = Fixture::new();
+    let v = fx.create(&rec(1));
+    v.store(&rec(2)).unwrap();
+    let before = (
+        fx.bytes(),
+        std::fs::metadata(&fx.path).unwrap().modified().unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    v.erase_leftovers().unwrap();
+    let after = (
+        fx.bytes(),
+        std::fs::metadata(&fx.path).unwrap().modified().unwrap(),
+    );
+    assert_eq!(before, after);
+    assert_eq!(v.write_count().unwrap(), 2);
+}
+
+/// A record sealed under an older password (a password change cut short)
+/// is a leftover too: not readable by a handle with the new password, but
+/// destroyed by its `erase_leftovers`, after which the old password opens
+/// nothing.
+#[test]
+fn erase_leftovers_destroys_an_old_password_record() {
+    let fx = Fixture::new();
+    let v = fx.create(&rec(1));
+    assert!(v
+        .change_password_inner(&pw("new"), KdfParams::testing(), Crash::BeforeErase)
+        .is_err());
+    let with_new = fx.open("new").unwrap();
+    assert_eq!(with_new.readable_records().unwrap(), vec![rec(1)]);
+    assert!(fx.open("hunter2").is_ok(), "the old password still opens");
+    with_new.erase_leftovers().unwrap();
+    assert!(matches!(fx.open("hunter2"), Err(VaultError::WrongPassword)));
+    assert_eq!(fx.open("new").unwrap().load().unwrap(), rec(1));
+}
+
 #[test]
 fn torn_new_slot_loads_old_record() {
     for torn_len in [1, 40, HEADER_LEN + 10, SLOT_LEN - 1] {

@@ -343,6 +343,12 @@ impl Vault for Held {
     fn write_count(&self) -> Result<u64, VaultError> {
         self.vault().write_count()
     }
+    fn readable_records(&self) -> Result<Vec<VaultRecord>, VaultError> {
+        self.vault().readable_records()
+    }
+    fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.vault().erase_leftovers()
+    }
 }
 
 /// Overwrites the whole file with zeros, syncs, deletes it and syncs its directory.

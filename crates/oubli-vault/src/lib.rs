@@ -41,6 +41,9 @@ pub use pkcs11_uri::Pkcs11Uri;
 #[cfg(feature = "tpm")]
 pub use tpm::{TpmLocation, TpmOptions, TpmVault};
 
+/// What a `tpm:` location gets in a build without TPM support.
+pub const NO_TPM_SUPPORT: &str = "this build of oubli has no TPM support: rebuild it with the `tpm` feature (`cargo install --path crates/oubli --features tpm`, which needs the libtss2-dev and pkg-config packages)";
+
 /// Stand-ins when the crate is built without the `tpm` feature: the API
 /// keeps its shape and every TPM location is refused as unavailable.
 #[cfg(not(feature = "tpm"))]
@@ -48,12 +51,15 @@ mod no_tpm {
     use super::*;
 
     fn unsupported() -> VaultError {
-        VaultError::Unavailable("this build of oubli has no TPM support (feature `tpm`)".into())
+        VaultError::Unavailable(NO_TPM_SUPPORT.into())
     }
 
-    /// See the `tpm` feature's `TpmLocation`.
+    /// See the `tpm` feature's `TpmLocation`; never constructed here.
     #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct TpmLocation;
+    pub struct TpmLocation {
+        pub tcti: String,
+        pub index: u32,
+    }
 
     impl TpmLocation {
         pub fn parse(_spec: &str) -> Result<TpmLocation, VaultError> {
@@ -90,6 +96,10 @@ mod no_tpm {
             _: TpmOptions,
         ) -> Result<TpmVault, VaultError> {
             Err(unsupported())
+        }
+
+        pub fn destroy(self, _: &TpmOptions) -> Result<(), VaultError> {
+            match self {}
         }
     }
 
@@ -285,6 +295,13 @@ pub fn create_vault_with(
 mod tests {
     use super::*;
     use oubli_crypto::{RingProvider, SecretKey};
+
+    /// A build without TPM support says which feature to enable and what it needs.
+    #[test]
+    fn no_tpm_message_names_the_feature() {
+        assert!(NO_TPM_SUPPORT.contains("--features tpm"));
+        assert!(NO_TPM_SUPPORT.contains("libtss2-dev"));
+    }
 
     #[test]
     fn parse_locations() {

@@ -45,8 +45,24 @@ impl std::fmt::Debug for Pkcs11Uri {
 }
 
 fn bad(uri: &str, why: impl std::fmt::Display) -> VaultError {
-    // The URI may hold a PIN: never echo it back.
-    let shown = uri.split('?').next().unwrap_or("");
+    // The URI may hold a PIN: never echo it back. The query (where RFC 7512
+    // puts pin-value) is dropped; a pin-value misplaced in the path is
+    // masked too.
+    let path = uri.split('?').next().unwrap_or("");
+    let shown: Vec<String> = path
+        .split(';')
+        .map(|attr| match attr.split_once('=') {
+            Some((name, _))
+                if name
+                    .trim_start_matches("pkcs11:")
+                    .eq_ignore_ascii_case("pin-value") =>
+            {
+                format!("{name}=(hidden)")
+            }
+            _ => attr.to_string(),
+        })
+        .collect();
+    let shown = shown.join(";");
     VaultError::Io(std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
         format!("bad PKCS#11 URI `{shown}...`: {why}"),
@@ -198,8 +214,15 @@ impl Pkcs11Uri {
                 let (name, value) = attr
                     .split_once('=')
                     .ok_or_else(|| bad(uri, "a query attribute has no `=`"))?;
-                let raw = percent_decode(value, query_char_ok)
-                    .map_err(|e| bad(uri, format!("`{name}`: {e}")))?;
+                let raw = percent_decode(value, query_char_ok).map_err(|e| {
+                    // The decoder's message may quote a character of the value.
+                    let e = if name == "pin-value" {
+                        "malformed value".to_string()
+                    } else {
+                        e
+                    };
+                    bad(uri, format!("`{name}`: {e}"))
+                })?;
                 match name {
                     "module-path" => {
                         let p = utf8(uri, name, raw)?;
@@ -357,5 +380,17 @@ mod tests {
         }
         let err = Pkcs11Uri::parse("pkcs11:tokn=x?pin-value=secret").unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");
+        // A PIN put in the path by mistake (or with a bad character) is
+        // never echoed either (issue 9 item 10).
+        for uri in [
+            "pkcs11:token=x;pin-value=s3cr3t",
+            "pkcs11:pin-value=s3cr3t;token=x",
+            "pkcs11:token=x;PIN-VALUE=s3cr3t;object=y",
+            "pkcs11:token=x?pin-value=s3cr3t%zz",
+            "pkcs11:token=x?pin-value=s3cr3t\u{e9}",
+        ] {
+            let err = Pkcs11Uri::parse(uri).unwrap_err().to_string();
+            assert!(!err.contains("s3cr3t"), "{uri}: {err}");
+        }
     }
 }

@@ -578,3 +578,71 @@ fn commit_and_status_reach_a_live_process_through_the_control_socket() {
     );
     assert_eq!(store.audit().unwrap().pending_units, 0);
 }
+
+/// Issue 9 item 10: every `oubli` process is undumpable with no core limit,
+/// so another process of the same user reads neither its memory nor its
+/// environment (where OUBLI_PASSWORD may be). Checked from outside, on a
+/// process running as an unprivileged user: a dumpable process's /proc
+/// files belong to that user; an undumpable one's to root.
+#[test]
+fn the_process_holding_keys_is_not_dumpable_and_dumps_no_core() {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !nix_is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv (util-linux) to run oubli as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("oubli");
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(args)
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("OUBLI_STORE", dir.path().join("store"))
+            .env("OUBLI_VAULT", dir.path().join("vault"))
+            .env("OUBLI_PASSWORD", PASSWORD);
+        cmd
+    };
+    let init = as_nobody(&["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    // `put NAME -` holds the store (and the epoch key) while it waits for input.
+    let mut put = as_nobody(&["put", "waiting", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = put.id();
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    // Wait until the process runs oubli itself (setpriv execs it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs::read_link(proc_dir.join("exe")).map_or(true, |e| e != bin) {
+        assert!(std::time::Instant::now() < deadline, "oubli did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let limits = fs::read_to_string(proc_dir.join("limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    let fields: Vec<&str> = core.split_whitespace().collect();
+    assert_eq!(&fields[4..6], ["0", "0"], "{core}");
+    let environ_owner = fs::metadata(proc_dir.join("environ")).unwrap().uid();
+    assert_eq!(
+        environ_owner, 0,
+        "/proc/PID/environ belongs to the process's user: it is dumpable"
+    );
+    put.stdin.take().unwrap().write_all(b"done").unwrap();
+    assert!(put.wait().unwrap().success());
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -93,6 +93,7 @@ impl Env {
     }
 }
 
+#[cfg(feature = "tpm")]
 fn tpm_address(tpm: &Swtpm) -> String {
     format!("tpm:{}", tpm.location())
 }
@@ -106,6 +107,7 @@ fn token(label: &str) -> (SoftHsm, String) {
     (hsm, uri)
 }
 
+#[cfg(feature = "tpm")]
 #[test]
 fn tpm_vault_init_put_get_show_and_passwd() {
     if hw::skip_hw() {
@@ -325,6 +327,7 @@ fn move_file_to_pkcs11_and_back() {
     assert_eq!(env.get_with(&second, PASSWORD, "x").0, 0);
 }
 
+#[cfg(feature = "tpm")]
 #[test]
 fn status_warns_of_wear_at_a_live_one_second_policy() {
     if hw::skip_hw() {

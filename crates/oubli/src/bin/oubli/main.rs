@@ -206,7 +206,27 @@ fn run(cli: Cli) -> Result<String, Failure> {
     }
 }
 
+/// Keeps the keys this process will hold out of reach of other processes:
+/// no core dump (`RLIMIT_CORE` 0) and not dumpable, which also makes
+/// `/proc/PID/environ` (where `OUBLI_PASSWORD` may be), `/proc/PID/mem` and
+/// ptrace unavailable to other processes of the same user. Done first, for
+/// every command, before anything secret is read.
+fn protect_process() {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: FFI calls that only change this process's own attributes; the
+    // one pointer is to a local that outlives the call. Failures are not
+    // fatal (a sandbox may forbid them) and leave the defaults in place.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
+
 fn main() -> ExitCode {
+    protect_process();
     // clap prints usage errors itself and exits with 2, as docs/CLI.md says.
     let cli = Cli::parse();
     match run(cli).and_then(|out| emit(&out)) {

@@ -646,3 +646,49 @@ fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Issue 9 item 11: `vault move` from a file vault commits a new epoch under
+/// the new vault, so a copy of the old vault file (what an SSD or a backup
+/// may keep) opens nothing current; and it says so honestly.
+#[test]
+fn vault_move_commits_so_the_old_file_opens_nothing_current() {
+    let env = Env::new();
+    env.put("kept", b"still here after the move");
+    let old_copy = env.path("old-vault-copy");
+    fs::copy(&env.vault, &old_copy).unwrap();
+    let new_vault = env.path("new-vault");
+    let out = env
+        .cmd()
+        .args([
+            "vault",
+            "move",
+            "--kdf-memory",
+            "1",
+            "--kdf-iterations",
+            "1",
+            "--to",
+        ])
+        .arg(&new_vault)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("began under the new vault"), "{text}");
+    assert!(
+        text.contains("SSD"),
+        "the move must say what an SSD may keep: {text}"
+    );
+    // The old key opens nothing current: the store is past its epoch.
+    env.cmd()
+        .env("OUBLI_VAULT", &old_copy)
+        .arg("ls")
+        .assert()
+        .code(6)
+        .stderr(predicate::str::contains("epoch"));
+    let got = env
+        .cmd()
+        .env("OUBLI_VAULT", &new_vault)
+        .args(["get", "kept", "-"])
+        .assert()
+        .success();
+    assert_eq!(got.get_output().stdout, b"still here after the move");
+}

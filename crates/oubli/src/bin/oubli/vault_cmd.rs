@@ -610,8 +610,44 @@ fn migrate(
             ),
         ));
     }
+    // 5. A new epoch under the new vault: the old vault's key — which a file
+    //    vault's medium may still keep — opens nothing current any more.
+    let was_file = session::is_file_vault(&g.vault);
+    let epoch = g
+        .open_vault_at(&dest, &dest_password, &provider)
+        .and_then(|v| {
+            let store = g
+                .open_store(Arc::new(v), Access::Write, &provider)
+                .map_err(|e| dest_places.fail(e))?;
+            store.commit().map_err(|e| dest_places.fail(e))?;
+            Ok(store.epoch())
+        })
+        .map_err(|f| {
+            Failure::new(
+                f.code,
+                format!(
+                    "the key moved to {}, but the commit after the move failed: {}",
+                    dest_shown.display(),
+                    f.message
+                ),
+                format!(
+                    "run `oubli commit` with the new vault, so that the old vault's key opens nothing current. {update}"
+                ),
+            )
+        })?;
+    let honest = if was_file {
+        format!(
+            "\nNote: the old vault file was overwritten and deleted, but an SSD, a journaling or copy-on-write \
+             file system, a snapshot or a backup may still hold its old content. With it and the old password, \
+             what was deleted before epoch {epoch} began may be recoverable from old copies of the store; \
+             nothing from epoch {epoch} on is.\n"
+        )
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{done}: the store's epoch key (epoch {}) moved from {} to {}{}; the old vault's key is destroyed\n{update}\n",
+        "{done}: the store's epoch key (epoch {}) moved from {} to {}{}; the old vault's key is destroyed, \
+         and epoch {epoch} began under the new vault\n{update}\n{honest}",
         record.epoch,
         g.vault_shown.display(),
         dest_shown.display(),

@@ -156,8 +156,18 @@ impl DirMedium {
                 }
             }
         }
-        fs::create_dir_all(root)?;
-        fs::create_dir(root.join(SEGMENTS))?;
+        // Owner only: names and sizes of segments are metadata too, and a
+        // store directory holds the control socket.
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(root)?;
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(root.join(SEGMENTS))?;
+        }
         // The marker goes in last and atomically: a directory with a marker
         // is a complete (empty) store.
         let tmp = root.join(format!("{DIR_MARKER}.tmp"));
@@ -513,6 +523,21 @@ mod tests {
         let mut buf = vec![0; len as usize];
         m.read(id, 0, &mut buf).unwrap();
         buf
+    }
+
+    /// Issue 9 item 9: a new store directory (and its segment directory)
+    /// is the owner's only, whatever the umask lets through.
+    #[test]
+    fn a_new_store_directory_is_private() {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, _m) = store();
+        for d in [
+            dir.path().join("store"),
+            dir.path().join("store").join(SEGMENTS),
+        ] {
+            let mode = fs::metadata(&d).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod proto;
 pub mod reply;
 pub mod request;
 mod server;
+pub mod socket;
 
 pub use exports::{
     create_export, delete_export, list_exports, lookup_export, resize_export, Export,

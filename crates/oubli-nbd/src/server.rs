@@ -293,7 +293,7 @@ fn bind(ep: &Endpoint) -> io::Result<Listener> {
     match ep {
         Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr)?)),
         Endpoint::Unix(path) => {
-            use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+            use std::os::unix::fs::FileTypeExt;
             if let Ok(meta) = std::fs::symlink_metadata(path) {
                 // Replace a stale socket left by a crashed server, never a live
                 // one and never anything that is not a socket.
@@ -311,9 +311,8 @@ fn bind(ep: &Endpoint) -> io::Result<Listener> {
                 }
                 std::fs::remove_file(path)?;
             }
-            let l = UnixListener::bind(path)?;
             // Whoever can connect can read and write the device.
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            let l = crate::socket::bind_private(path)?;
             Ok(Listener::Unix(l, path.clone()))
         }
     }

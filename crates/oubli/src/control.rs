@@ -15,8 +15,7 @@
 
 use oubli_core::Store;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -60,8 +59,7 @@ impl ControlServer {
         if path.exists() && UnixStream::connect(path).is_err() {
             std::fs::remove_file(path)?;
         }
-        let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let listener = oubli_nbd::socket::bind_private(path)?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();

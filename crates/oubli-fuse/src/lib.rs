@@ -88,6 +88,20 @@ impl From<oubli_core::Error> for Error {
     }
 }
 
+/// Objects a mount reaches other than by a name — its orphan list (files
+/// unlinked while open, erased at the next mount) — for `oubli fsck` and
+/// `oubli gc`, which must not take them for lost objects.
+pub fn unnamed_roots(store: &Store) -> Result<Vec<u64>, oubli_core::Error> {
+    let root = store.object(oubli_core::ROOT_DIR)?;
+    Ok(meta::Attr::decode(&root.meta, true, (0, 0))
+        .ok()
+        .and_then(|attr| attr.fs)
+        .map(|fs| fs.orphans)
+        .filter(|&list| list != 0)
+        .into_iter()
+        .collect())
+}
+
 /// Checks that this machine can mount FUSE file systems: `/dev/fuse`, and
 /// `fusermount3` (Debian package `fuse3`) unless running as root.
 pub fn check_fuse() -> Result<(), Error> {

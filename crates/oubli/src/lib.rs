@@ -105,6 +105,7 @@ pub mod crates {
 
 pub mod control;
 pub mod exit;
+pub mod orphans;
 pub mod report;
 pub use exit::exit_code;
 

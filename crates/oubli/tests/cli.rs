@@ -692,3 +692,57 @@ fn vault_move_commits_so_the_old_file_opens_nothing_current() {
         .success();
     assert_eq!(got.get_output().stdout, b"still here after the move");
 }
+
+/// Issue 9 item 5: a `put` that fails half-way leaves the store as it was —
+/// no nameless object holding the partial plaintext.
+#[test]
+fn a_failed_put_leaves_no_object_behind() {
+    let env = Env::new();
+    env.put("before", b"unchanged");
+    let before = env.json(&["fsck", "--json"]);
+    // /proc/self/mem opens, then fails to read at offset 0 (EIO).
+    env.cmd()
+        .args(["put", "x", "/proc/self/mem"])
+        .assert()
+        .failure();
+    let after = env.json(&["fsck", "--json"]);
+    assert_eq!(after["objects"], before["objects"], "{after}");
+    assert_eq!(after["orphans"], serde_json::json!([]));
+    env.cmd().args(["get", "x"]).assert().code(3);
+    assert_eq!(env.get("before"), b"unchanged");
+}
+
+/// Issue 9 item 5: an object nothing reaches is reported by `fsck` (exit 7,
+/// listed in `orphans`) and deleted by `gc`, after which nothing of it opens.
+#[test]
+fn fsck_reports_orphans_and_gc_erases_them() {
+    let env = Env::new();
+    env.put("named", b"reachable by its name");
+    {
+        let store = oubli::open_dir_store(
+            &env.store,
+            &env.vault,
+            &oubli::SecretBytes::new(PASSWORD.as_bytes().to_vec()),
+        )
+        .unwrap();
+        let lost = store.create_object(b"").unwrap();
+        store.write(lost, 0, b"orphaned plaintext").unwrap();
+        store.flush().unwrap();
+    }
+    let out = env.cmd().args(["fsck", "--json"]).assert().code(7);
+    let json: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(json["orphans"].as_array().unwrap().len(), 1, "{json}");
+    env.cmd()
+        .arg("gc")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("1 orphan object(s) deleted"));
+    let json = env.json(&["fsck", "--json"]);
+    assert_eq!(json["orphans"], serde_json::json!([]));
+    env.cmd()
+        .arg("audit")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nothing deleted can be recovered"));
+    assert_eq!(env.get("named"), b"reachable by its name");
+}

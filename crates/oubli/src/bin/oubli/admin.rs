@@ -226,12 +226,15 @@ pub fn gc(g: &Global, threshold: f64) -> Result<String, Failure> {
         )));
     }
     let session = g.open(Access::Write)?;
+    // Objects nothing reaches (a command that died half-way) hold data no
+    // command can delete: gone now, erased by the cleaner's commit.
+    let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
     let spinner = ui::spinner("cleaning");
     let report = session.store.gc(threshold);
     spinner.finish_and_clear();
     let report = report.map_err(|e| g.fail(e))?;
     Ok(format!(
-        "gc: {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",
+        "gc: {orphans} orphan object(s) deleted and erased, {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",
         report.segments_deleted,
         ui::size(report.bytes_reclaimed),
         ui::size(report.bytes_moved),
@@ -245,6 +248,8 @@ struct FsckJson {
     cells: u64,
     nodes: u64,
     bytes_checked: u64,
+    /// Objects no name and no front-end reaches (`oubli gc` deletes them).
+    orphans: Vec<u64>,
     problems: Vec<String>,
 }
 
@@ -257,13 +262,20 @@ pub fn fsck(g: &Global, json: bool) -> Result<String, Failure> {
     let bar = ui::bytes_bar(Some(total), "fsck");
     let report = store.fsck(&mut |n| bar.inc(n));
     bar.finish_and_clear();
-    let report = report.map_err(|e| g.fail(e))?;
+    let mut report = report.map_err(|e| g.fail(e))?;
+    let orphans = oubli::orphans::orphans(store).map_err(|e| g.fail(e))?;
+    for oid in &orphans {
+        report.problems.push(format!(
+            "object {oid} is an orphan: no name and no front-end reaches it (`oubli gc` deletes it)"
+        ));
+    }
     let out = if json {
         serde_json::to_string_pretty(&FsckJson {
             objects: report.objects,
             cells: report.cells,
             nodes: report.nodes,
             bytes_checked: report.bytes_checked,
+            orphans: orphans.clone(),
             problems: report.problems.clone(),
         })
         .expect("plain data")
@@ -290,9 +302,18 @@ pub fn fsck(g: &Global, json: bool) -> Result<String, Failure> {
         return Ok(out);
     }
     crate::emit(&out)?;
+    let only_orphans = report.problems.len() == orphans.len();
     Err(Failure::new(
         exit::INTEGRITY,
-        format!("fsck found {} problem(s) in store {}", report.problems.len(), g.store.display()),
-        "the medium was damaged or tampered with; restore the store from a backup (the listed data cannot be trusted)",
+        format!(
+            "fsck found {} problem(s) in store {}",
+            report.problems.len(),
+            g.store.display()
+        ),
+        if only_orphans {
+            "objects that nothing reaches were left by a command that failed half-way: `oubli gc` deletes them (erased at its commit)"
+        } else {
+            "the medium was damaged or tampered with; restore the store from a backup (the listed data cannot be trusted)"
+        },
     ))
 }

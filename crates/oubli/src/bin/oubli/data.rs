@@ -118,23 +118,32 @@ pub fn put(g: &Global, name: &str, src: Option<&Path>) -> Result<String, Failure
     .expect("plain struct");
     let oid = store.create_object(&meta).map_err(|e| g.fail(e))?;
 
-    // Nothing reaches the intent log before the final flush, so a failure
-    // (or ^C) before it leaves the store as it was: the sealed cells already
-    // written are unreferenced and die with this epoch.
+    // Nothing reaches the intent log before the final flush, so ^C before it
+    // leaves the store as it was: the sealed cells already written are
+    // unreferenced and die with this epoch. An error is undone below.
     let bar = ui::bytes_bar(total, "put");
     let mut buf = Zeroizing::new(vec![0u8; CHUNK]);
     let mut offset = 0u64;
-    loop {
-        let n = fill(&mut input, &mut buf)
-            .map_err(|e| Failure::file(format!("reading {source_name}"), e))?;
-        if n == 0 {
-            break;
+    let copied = loop {
+        let n = match fill(&mut input, &mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => n,
+            Err(e) => break Err(Failure::file(format!("reading {source_name}"), e)),
+        };
+        if let Err(e) = store.write(oid, offset, &buf[..n]) {
+            break Err(g.fail(e));
         }
-        store.write(oid, offset, &buf[..n]).map_err(|e| g.fail(e))?;
         offset += n as u64;
         bar.inc(n as u64);
-    }
+    };
     bar.finish_and_clear();
+    if let Err(failure) = copied {
+        // Closing the store flushes: without this, the nameless object with
+        // the partial plaintext would become durable, reachable by nothing.
+        // Deleted, it is erased at the next commit instead.
+        let _ = store.delete(oid);
+        return Err(failure);
+    }
 
     // Replace atomically: unlink, link and delete go into one log batch.
     let old = store.lookup(ROOT_DIR, key).map_err(|e| g.fail(e))?;

@@ -62,6 +62,15 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Requests of one connection carried out at the same time (1: strictly in order).
     pub workers_per_connection: usize,
+    /// The only exports clients may open or list (`None`: every export in
+    /// the store). `oubli serve` gives the one it was asked to serve.
+    pub exports: Option<Vec<String>>,
+    /// A client that has not finished the handshake by then is disconnected.
+    pub handshake_timeout: Duration,
+    /// Write payload bytes held for requests in flight, over all connections:
+    /// readers wait while it is reached (a single larger request still goes
+    /// through, alone).
+    pub max_inflight_bytes: u64,
     pub log: Log,
 }
 
@@ -76,6 +85,9 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             max_connections: 128,
             workers_per_connection: 4,
+            exports: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_inflight_bytes: 256 << 20,
             log: stderr_log(),
         }
     }
@@ -98,6 +110,12 @@ enum Stream {
 }
 
 impl Stream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+        }
+    }
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
@@ -184,6 +202,9 @@ pub struct Stats {
     pub errors: AtomicU64,
     pub trims: AtomicU64,
     pub flushes: AtomicU64,
+    /// The most write payload bytes ever held at once (see
+    /// [`ServerConfig::max_inflight_bytes`]).
+    pub peak_inflight_bytes: AtomicU64,
 }
 
 struct Shared {
@@ -198,6 +219,8 @@ struct Shared {
     ended: Condvar,
     next_id: AtomicU64,
     stats: Stats,
+    /// Write payloads in flight, over every connection.
+    budget: PayloadBudget,
 }
 
 impl Shared {
@@ -206,6 +229,19 @@ impl Shared {
     }
     fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Holds `n` write payload bytes from the connection's budget and the
+    /// server's (waiting while either is spent).
+    fn hold(&self, conn: &PayloadBudget, n: u64) {
+        conn.take(n);
+        let held = self.budget.take(n);
+        self.stats
+            .peak_inflight_bytes
+            .fetch_max(held, Ordering::Relaxed);
+    }
+    fn release(&self, conn: &PayloadBudget, n: u64) {
+        self.budget.give_back(n);
+        conn.give_back(n);
     }
 }
 
@@ -232,6 +268,7 @@ pub fn serve(
             "no endpoint to listen on",
         ));
     }
+    let max_inflight_bytes = config.max_inflight_bytes;
     let cell = store
         .status()
         .map(|s| s.cell_size)
@@ -262,6 +299,7 @@ pub fn serve(
         ended: Condvar::new(),
         next_id: AtomicU64::new(1),
         stats: Stats::default(),
+        budget: PayloadBudget::new(max_inflight_bytes),
     });
     let mut acceptors = Vec::new();
     for (l, addr) in listeners.iter().zip(&addrs) {
@@ -475,6 +513,16 @@ struct StoreCatalog<'a> {
     shared: &'a Shared,
 }
 
+impl StoreCatalog<'_> {
+    /// Whether clients may see export `name` (the store may hold others).
+    fn served(&self, name: &str) -> bool {
+        match &self.shared.config.exports {
+            Some(allowed) => allowed.iter().any(|a| a == name),
+            None => true,
+        }
+    }
+}
+
 impl Catalog for StoreCatalog<'_> {
     fn lookup(&self, name: &str) -> Result<Option<ExportInfo>, String> {
         let name = match (name, &self.shared.config.default_export) {
@@ -482,6 +530,9 @@ impl Catalog for StoreCatalog<'_> {
             ("", None) => return Ok(None),
             (n, _) => n,
         };
+        if !self.served(name) {
+            return Ok(None);
+        }
         match lookup_export(&self.shared.store, name) {
             Ok(Some(e)) => Ok(Some(ExportInfo {
                 description: format!(
@@ -504,7 +555,11 @@ impl Catalog for StoreCatalog<'_> {
 
     fn list(&self) -> Result<Vec<String>, String> {
         match list_exports(&self.shared.store) {
-            Ok(v) => Ok(v.into_iter().map(|e| e.name).collect()),
+            Ok(v) => Ok(v
+                .into_iter()
+                .map(|e| e.name)
+                .filter(|name| self.served(name))
+                .collect()),
             Err(e) => {
                 self.shared.log(&format!("listing exports failed: {e}"));
                 Err(e.to_string())
@@ -520,7 +575,12 @@ fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str) {
     };
     let mut writer = BufWriter::with_capacity(64 * 1024, write_half);
     let mut reader = stream;
-    match handshake(shared, &mut reader, &mut writer) {
+    // A client that connects and then says nothing must not hold a thread
+    // and a connection slot for ever.
+    let _ = reader.set_read_timeout(Some(shared.config.handshake_timeout));
+    let negotiated = handshake(shared, &mut reader, &mut writer);
+    let _ = reader.set_read_timeout(None);
+    match negotiated {
         Ok(Some((neg, leftover))) => {
             shared.log(&format!(
                 "connection {id} ({peer}): export {:?} ({} bytes){}",
@@ -631,15 +691,26 @@ struct Job {
 struct PayloadBudget {
     in_flight: Mutex<u64>,
     freed: Condvar,
+    cap: u64,
 }
 
 impl PayloadBudget {
-    fn take(&self, n: u64) {
+    fn new(cap: u64) -> Self {
+        PayloadBudget {
+            in_flight: Mutex::new(0),
+            freed: Condvar::new(),
+            cap,
+        }
+    }
+
+    /// Waits until `n` more bytes fit; returns the bytes then held.
+    fn take(&self, n: u64) -> u64 {
         let mut used = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        while *used > 0 && *used + n > INFLIGHT_PAYLOAD {
+        while *used > 0 && *used + n > self.cap {
             used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
         }
         *used += n;
+        *used
     }
     fn give_back(&self, n: u64) {
         *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) -= n;
@@ -658,10 +729,9 @@ fn transmission(
 ) -> io::Result<()> {
     let workers = shared.config.workers_per_connection.max(1);
     let out = Mutex::new(out);
-    let budget = PayloadBudget {
-        in_flight: Mutex::new(0),
-        freed: Condvar::new(),
-    };
+    // One connection holds at most its own share of the server's budget
+    // (so a client that stops reading replies cannot starve the others).
+    let budget = PayloadBudget::new(INFLIGHT_PAYLOAD);
     // The first reply that could not be sent: the connection is over.
     let broken: Mutex<Option<io::Error>> = Mutex::new(None);
     let reply = |req: &Request, result: Outcome| {
@@ -682,8 +752,11 @@ fn transmission(
                     return; // the reader is done and the queue is empty
                 };
                 let result = execute(shared, id, neg.export.id, job.action, &job.payload);
+                // Released before the reply: a client that does not read its
+                // replies must not keep payload memory held.
+                shared.release(budget, job.payload.len() as u64);
+                drop(job.payload);
                 reply(&job.req, result);
-                budget.give_back(job.payload.len() as u64);
             });
         }
         // Dropping `jobs` on return lets the workers finish the queue and stop.
@@ -737,7 +810,7 @@ fn read_requests(
         let mut payload = Vec::new();
         if plen > 0 {
             if plen <= MAX_PAYLOAD {
-                budget.take(plen as u64);
+                shared.hold(budget, plen as u64);
                 payload.resize(plen as usize, 0);
                 let got = read_full(input, &mut payload);
                 let short = match got {
@@ -746,7 +819,7 @@ fn read_requests(
                     Err(e) => Some(e),
                 };
                 if let Some(e) = short {
-                    budget.give_back(plen as u64);
+                    shared.release(budget, plen as u64);
                     return Err(e);
                 }
             } else {
@@ -778,8 +851,8 @@ fn read_requests(
             // two thread switches.
             Ok(action) if input.buffer().is_empty() => {
                 let result = execute(shared, id, oid, action, &payload);
+                shared.release(budget, payload.len() as u64);
                 reply(&req, result);
-                budget.give_back(payload.len() as u64);
             }
             Ok(action) => {
                 let job = Job {
@@ -792,7 +865,7 @@ fn read_requests(
                 }
             }
             Err(errno) => {
-                budget.give_back(payload.len() as u64);
+                shared.release(budget, payload.len() as u64);
                 shared.log(&format!(
                     "connection {id}: refused {} ({}): {errno}",
                     describe(&req),

@@ -341,3 +341,92 @@ fn pipelined_requests_each_get_their_reply_and_disc_waits_for_them() {
     c3.disconnect();
     served.shutdown();
 }
+
+/// Issue 9 item 8: a client that connects and says nothing is cut off
+/// after the handshake timeout, and does not keep others out meanwhile.
+#[test]
+fn a_silent_client_is_dropped_after_the_handshake_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", MIB).unwrap();
+    let served = Served::start(
+        store,
+        dir.path(),
+        ServerConfig {
+            handshake_timeout: std::time::Duration::from_millis(300),
+            ..ServerConfig::default()
+        },
+    );
+    let mut silent = RawClient::greet(&served.socket);
+    // Another client gets through while the silent one waits.
+    let mut other = RawClient::connect(&served.socket, "disk", false);
+    assert_eq!(other.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    other.disconnect();
+    // The server closes the silent one (our own limit is far longer).
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = silent.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok(),
+        "the server did not close the silent client: {closed:?}"
+    );
+    assert!(
+        served.log.contains("handshake ended"),
+        "{:?}",
+        served.log.lines()
+    );
+}
+
+/// Issue 9 item 8: write payloads held for requests in flight stay under
+/// the server's cap whatever many clients pipeline at once.
+#[test]
+fn payload_memory_in_flight_is_capped_per_server() {
+    const CAP: u64 = 2 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 64 * MIB).unwrap();
+    let served = Served::start(
+        store,
+        dir.path(),
+        ServerConfig {
+            max_inflight_bytes: CAP,
+            workers_per_connection: 4,
+            ..ServerConfig::default()
+        },
+    );
+    let socket = served.socket.clone();
+    let writers: Vec<_> = (0..4u64)
+        .map(|c| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut client = RawClient::connect(&socket, "disk", false);
+                let chunk = vec![c as u8 + 1; 512 * 1024];
+                // Pipelined: 24 writes sent before any reply is read.
+                for i in 0..24u64 {
+                    client.send(
+                        CMD_WRITE,
+                        0,
+                        (c * 16 + (i % 16)) * MIB / 2,
+                        chunk.len() as u32,
+                        &chunk,
+                    );
+                }
+                for _ in 0..24 {
+                    assert_eq!(client.reply(None).error, 0);
+                }
+                client.disconnect();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let stats = served.handle().stats();
+    assert!(stats.requests.load(std::sync::atomic::Ordering::Relaxed) >= 4 * 24);
+    let peak = stats
+        .peak_inflight_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(peak > 0 && peak <= CAP, "peak {peak} over the cap {CAP}");
+}

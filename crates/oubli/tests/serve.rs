@@ -128,6 +128,15 @@ impl Drop for Serving {
     }
 }
 
+/// `oubli init` with a fast KDF.
+fn init(dir: &Path) {
+    assert!(
+        output(oubli(dir).args(["init", "--kdf-memory", "8", "--kdf-iterations", "1"]))
+            .status
+            .success()
+    );
+}
+
 fn uri(dir: &Path) -> String {
     format!("nbd+unix:///disk?socket={}", dir.join("nbd.sock").display())
 }
@@ -139,11 +148,7 @@ fn serve_commits_on_policy_signal_and_exit() {
     }
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    assert!(
-        output(oubli(dir).args(["init", "--kdf-memory", "8", "--kdf-iterations", "1"]))
-            .status
-            .success()
-    );
+    init(dir);
 
     // Usage errors: no endpoint; a new export without a size.
     let o = output(oubli(dir).args(["serve", "--export", "disk"]));
@@ -206,4 +211,77 @@ fn serve_commits_on_policy_signal_and_exit() {
     assert!(ok);
     let o = output(oubli(dir).args(["status", "--json"]));
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"pending_deletions\": 0"));
+}
+
+/// Issue 9 item 8: plain NBD over TCP only on a loopback address and only
+/// when asked for with --tls=off (exit 2 and advice otherwise); a client
+/// may open and list only the export `serve` was asked to serve.
+#[test]
+fn tcp_needs_loopback_and_explicit_tls_off_and_only_the_served_export_is_visible() {
+    if !tool("nbdinfo", "libnbd-bin") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    init(dir);
+    let serve = |args: &[&str]| {
+        output(
+            oubli(dir)
+                .args(["serve", "--export", "disk", "--size", "1M"])
+                .args(args),
+        )
+    };
+    for args in [
+        &["--listen", "127.0.0.1:0"][..],
+        &["--listen", "0.0.0.0:0", "--tls=off"][..],
+        &["--listen", "[::]:0", "--tls=off"][..],
+    ] {
+        let o = serve(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--socket") && err.contains("ssh -L"), "{err}");
+    }
+    // A second export in the same store, made by an earlier serve.
+    let other = Serving::start(dir, &["--export", "other", "--size", "1M"]);
+    assert!(other.stop().0);
+    // Loopback with --tls=off is served; `other` is neither listed nor opened.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let serving = Serving::start(
+        dir,
+        &[
+            "--export",
+            "disk",
+            "--size",
+            "1M",
+            "--listen",
+            &listen,
+            "--tls=off",
+        ],
+    );
+    let info = output(Command::new("nbdinfo").arg(format!("nbd://127.0.0.1:{port}/disk")));
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    let list = output(Command::new("nbdinfo").arg("--list").arg(uri(dir)));
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("disk") && !listed.contains("other"),
+        "{listed}"
+    );
+    let hidden = output(Command::new("nbdinfo").arg(format!(
+        "nbd+unix:///other?socket={}",
+        dir.join("nbd.sock").display()
+    )));
+    assert!(
+        !hidden.status.success(),
+        "a client opened an export not served"
+    );
+    assert!(serving.stop().0);
 }

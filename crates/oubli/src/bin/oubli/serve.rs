@@ -29,9 +29,12 @@ pub struct ServeArgs {
     /// Listen on a Unix socket at PATH (mode 0600)
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Listen on TCP at HOST:PORT (NBD has no authentication: keep to loopback, e.g. 127.0.0.1:10809)
+    /// Listen on TCP at HOST:PORT: only on a loopback address, and only with --tls=off (see docs/NBD.md)
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
+    /// TLS on the TCP listener. This build serves plain NBD only, so --listen needs an explicit --tls=off and a loopback address
+    #[arg(long, value_name = "MODE", value_enum)]
+    tls: Option<TlsMode>,
     /// Commit at most this many seconds after a change (0: never on time)
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     epoch_interval: u64,
@@ -41,6 +44,13 @@ pub struct ServeArgs {
     /// Commit after this many deletions (trims, overwrites...) in the epoch (0: never on count)
     #[arg(long, value_name = "N", default_value_t = 1000)]
     epoch_deletions: u64,
+}
+
+/// `--tls`: how the TCP listener treats TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsMode {
+    /// Plain NBD (loopback addresses only).
+    Off,
 }
 
 /// The cell size that matches a file system's block: a write of one block seals one cell.
@@ -63,12 +73,28 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         endpoints.push(Endpoint::Unix(session::absolute(p)));
     }
     if let Some(l) = &a.listen {
-        let addr = l
+        let addrs: Vec<_> = l
             .to_socket_addrs()
-            .ok()
-            .and_then(|mut it| it.next())
+            .map_err(|_| Failure::usage(format!("--listen {l:?} is not HOST:PORT")))?
+            .collect();
+        let addr = *addrs
+            .first()
             .ok_or_else(|| Failure::usage(format!("--listen {l:?} is not HOST:PORT")))?;
+        // Whoever reaches a plain NBD port reads and writes the decrypted
+        // device: never by accident, never beyond this machine.
+        if a.tls != Some(TlsMode::Off) || !addrs.iter().all(|a| a.ip().is_loopback()) {
+            return Err(Failure::usage(format!(
+                "refusing to serve --listen {l}: plain NBD over TCP has no authentication and no \
+                 encryption, so anyone who reaches the port reads and writes the decrypted device. \
+                 Serve on a Unix socket instead (--socket PATH, mode 0600), or, if every local user \
+                 may connect, on a loopback address with --tls=off (e.g. --listen 127.0.0.1:10809 \
+                 --tls=off) and reach it from elsewhere through an authenticated tunnel (ssh -L). \
+                 NBD over TLS (client certificates) is not in this version of oubli serve."
+            )));
+        }
         endpoints.push(Endpoint::Tcp(addr));
+    } else if a.tls.is_some() {
+        return Err(Failure::usage("--tls applies to --listen only"));
     }
 
     // As `Global::open`, with the epoch policy of the command line.
@@ -134,6 +160,8 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         &endpoints,
         ServerConfig {
             default_export: Some(export.name.clone()),
+            // Only the export asked for, whatever else the store holds.
+            exports: Some(vec![export.name.clone()]),
             log: Arc::new(log),
             ..ServerConfig::default()
         },

@@ -323,14 +323,13 @@ impl Vault for FileVault {
         let state = self.lock();
         let bytes = read_vault_file(&self.path)?;
         let current = self.current(&state)?;
-        let stale: Vec<usize> = (0..SLOT_COUNT)
-            .filter(|&i| i != current.index)
-            .filter(|&i| {
-                bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE]
-                    .iter()
-                    .any(|&b| b != 0)
-            })
-            .collect();
+        let region = |i: usize| &bytes[i * SLOT_STRIDE..(i + 1) * SLOT_STRIDE];
+        let stale = sealed::leftover_indices(
+            &self.path.display().to_string(),
+            &parse_slots(&bytes),
+            &current,
+            &|i| region(i).iter().all(|&b| b == 0),
+        )?;
         if stale.is_empty() {
             return Ok(());
         }

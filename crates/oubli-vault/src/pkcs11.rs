@@ -605,13 +605,18 @@ impl Vault for Pkcs11Vault {
     /// Destroys every vault object on the token but the current record's.
     fn erase_leftovers(&self) -> Result<(), VaultError> {
         self.in_session(|session, target, state, provider| {
-            let (current, handles) = target.current(session, state, provider)?;
-            for (i, h) in handles.into_iter().enumerate() {
-                if i != current.index {
-                    session
-                        .destroy_object(h)
-                        .map_err(|e| map_ck(e, "destroy a leftover record"))?;
-                }
+            let objects = target.read_objects(session)?;
+            if objects.is_empty() {
+                return Err(VaultError::Missing(target.place()));
+            }
+            let (handles, slots): (Vec<_>, Vec<_>) = objects.into_iter().unzip();
+            let place = target.place();
+            let current = sealed::current(&place, &slots, &object_name, state, provider)?;
+            // Every object oubli made holds a record: none is blank.
+            for i in sealed::leftover_indices(&place, &slots, &current, &|_| false)? {
+                session
+                    .destroy_object(handles[i])
+                    .map_err(|e| map_ck(e, "destroy a leftover record"))?;
             }
             Ok(())
         })

@@ -194,6 +194,36 @@ pub(crate) fn readable_records(
     found.into_iter().map(|(_, record)| record).collect()
 }
 
+/// The slots `erase_leftovers` destroys: every one but the current that is
+/// not blank already (damaged ones too: a torn slot may still hold key
+/// bytes). A readable slot of a generation at least the current one's is a
+/// record this handle cannot open — sealed under another password — that
+/// may be the real current one: refused, never destroyed on a guess.
+pub(crate) fn leftover_indices(
+    place: &str,
+    slots: &[Result<Slot, SlotFault>],
+    current: &Current,
+    is_blank: &dyn Fn(usize) -> bool,
+) -> Result<Vec<usize>, VaultError> {
+    let mut doomed = Vec::new();
+    for (i, slot) in slots.iter().enumerate() {
+        if i == current.index || is_blank(i) {
+            continue;
+        }
+        if let Ok(slot) = slot {
+            if slot.header.generation >= current.header.generation {
+                return Err(VaultError::Corrupt(format!(
+                    "{place} holds a newer record than the one this password opens \
+                     (generation {} over {}): open it with the newest password to erase the old one",
+                    slot.header.generation, current.header.generation
+                )));
+            }
+        }
+        doomed.push(i);
+    }
+    Ok(doomed)
+}
+
 /// Refuses a record for another store than the one the vault holds.
 pub(crate) fn check_same_store(
     place: &str,

@@ -870,12 +870,15 @@ impl Vault for TpmVault {
     /// holds zeros already (an NV write is wear).
     fn erase_leftovers(&self) -> Result<(), VaultError> {
         self.on_device(|ctx, a| {
-            let current = current_in(ctx, &a.loc, &a.auth, &a.state, &*a.provider)?;
-            for other in (0..2).filter(|&i| i != current.index) {
-                let raw = read_nv(ctx, a.loc.slot_index(other), &a.auth, SLOT_LEN)?;
-                if raw.iter().any(|&b| b != 0) {
-                    write_nv(ctx, a.loc.slot_index(other), &a.auth, &[0u8; SLOT_LEN])?;
-                }
+            let raw: Vec<Vec<u8>> = (0..2)
+                .map(|i| read_nv(ctx, a.loc.slot_index(i), &a.auth, SLOT_LEN))
+                .collect::<Result<_, _>>()?;
+            let slots: Vec<_> = raw.iter().map(|r| sealed::parse_exact(r)).collect();
+            let place = a.loc.to_string();
+            let current = sealed::current(&place, &slots, &slot_name, &a.state, &*a.provider)?;
+            let blank = |i: usize| raw[i].iter().all(|&b| b == 0);
+            for other in sealed::leftover_indices(&place, &slots, &current, &blank)? {
+                write_nv(ctx, a.loc.slot_index(other), &a.auth, &[0u8; SLOT_LEN])?;
             }
             Ok(())
         })

@@ -216,6 +216,78 @@ fn crash_between_create_and_destroy_loads_new_record() {
     assert_eq!(reopened.write_count().unwrap(), 3);
 }
 
+/// How many vault objects labelled `object` the token lists (after login,
+/// so private ones included), asked through the module itself.
+fn count_objects(token: &str, object: &str) -> usize {
+    use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+    use cryptoki::error::{Error, RvError};
+    use cryptoki::object::{Attribute, ObjectClass};
+    use cryptoki::session::UserType;
+    // Never dropped: the module stays initialized for the vaults (the
+    // vault crate initializes it once per process and never finalizes).
+    static MODULE: OnceLock<Pkcs11> = OnceLock::new();
+    let m = MODULE.get_or_init(|| {
+        let m = Pkcs11::new(SOFTHSM_MODULE).unwrap();
+        match m.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK)) {
+            Ok(()) | Err(Error::Pkcs11(RvError::CryptokiAlreadyInitialized, _)) => m,
+            Err(e) => panic!("initialize {SOFTHSM_MODULE}: {e}"),
+        }
+    });
+    let slot = m
+        .get_slots_with_token()
+        .unwrap()
+        .into_iter()
+        .find(|s| m.get_token_info(*s).unwrap().label().trim_end() == token)
+        .unwrap();
+    let session = m.open_ro_session(slot).unwrap();
+    let pin = cryptoki::types::RawAuthPin::new(Box::new(b"1234".to_vec()));
+    match session.login_with_raw(UserType::User, &pin) {
+        Ok(()) | Err(Error::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => {}
+        Err(e) => panic!("log in: {e}"),
+    }
+    let template = [
+        Attribute::Class(ObjectClass::DATA),
+        Attribute::Token(true),
+        Attribute::Label(object.as_bytes().to_vec()),
+    ];
+    session.find_objects(&template).unwrap().len()
+}
+
+#[test]
+fn rotations_cut_between_their_steps_leave_leftovers_until_erased() {
+    hw!();
+    let u = uri("oubli-test", "leftovers", Some("1234"));
+    let v = create(&u, &rec(1));
+    assert_eq!(count_objects("oubli-test", "leftovers"), 1);
+    v.set_rotation_hook(Some(Arc::new(|step| match step {
+        RotationStep::NewRecordWritten => Err(VaultError::Unavailable("token pulled".into())),
+        _ => Ok(()),
+    })));
+    assert!(v.store(&rec(2)).is_err());
+    assert_eq!(v.readable_records().unwrap(), vec![rec(2), rec(1)]);
+    assert_eq!(count_objects("oubli-test", "leftovers"), 2);
+    // A second rotation cut short: two leftovers.
+    assert!(v.store(&rec(3)).is_err());
+    v.set_rotation_hook(None);
+    assert_eq!(v.readable_records().unwrap(), vec![rec(3), rec(2), rec(1)]);
+    assert_eq!(count_objects("oubli-test", "leftovers"), 3);
+    drop(v);
+
+    // As the engine does on open: a fresh handle sees them and erases them.
+    let reopened = open(&u, "hunter2").unwrap();
+    assert_eq!(
+        reopened.readable_records().unwrap(),
+        vec![rec(3), rec(2), rec(1)]
+    );
+    reopened.erase_leftovers().unwrap();
+    assert_eq!(reopened.readable_records().unwrap(), vec![rec(3)]);
+    assert_eq!(count_objects("oubli-test", "leftovers"), 1);
+    assert_eq!(reopened.load().unwrap(), rec(3));
+    assert_eq!(reopened.write_count().unwrap(), 3);
+    reopened.erase_leftovers().unwrap();
+    assert_eq!(count_objects("oubli-test", "leftovers"), 1);
+}
+
 #[test]
 fn hung_token_times_out() {
     hw!();

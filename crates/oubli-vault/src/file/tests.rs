@@ -358,7 +358,10 @@ fn erase_leftovers_destroys_an_old_password_record() {
     // A handle with the old password cannot tell whether the newer slot is
     // the real current record: it refuses, and destroys nothing.
     let with_old = fx.open("hunter2").unwrap();
-    assert!(matches!(with_old.erase_leftovers(), Err(VaultError::Corrupt(_))));
+    assert!(matches!(
+        with_old.erase_leftovers(),
+        Err(VaultError::Corrupt(_))
+    ));
     assert_eq!(fx.open("new").unwrap().load().unwrap(), rec(1));
     with_new.erase_leftovers().unwrap();
     assert!(matches!(fx.open("hunter2"), Err(VaultError::WrongPassword)));

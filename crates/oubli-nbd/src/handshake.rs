@@ -4,6 +4,11 @@
 //! writes the output, drains the consumed bytes and acts on the
 //! [`Progress`]. Nothing here blocks or allocates beyond one option (at most
 //! [`MAX_OPTION_LEN`] bytes); longer options are skipped without buffering.
+//!
+//! TLS (`NBD_OPT_STARTTLS`) is decided here and done by the caller: after
+//! the ACK the handshake returns [`Progress::StartTls`], the caller runs the
+//! TLS handshake on the same connection and calls
+//! [`Handshake::tls_started`], then feeds the decrypted bytes as before.
 
 use crate::proto::*;
 use crate::reply::{option_error, option_reply};
@@ -34,6 +39,27 @@ pub trait Catalog {
     fn list(&self) -> Result<Vec<String>, String>;
 }
 
+/// When a connection uses TLS (nbdkit's `--tls`; the protocol's NOTLS,
+/// SELECTIVETLS and FORCEDTLS modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    /// No TLS: `NBD_OPT_STARTTLS` is refused (`NBD_REP_ERR_UNSUP`).
+    Off,
+    /// TLS for clients that ask (`NBD_OPT_STARTTLS`), plain for the others.
+    On,
+    /// TLS or nothing: every option before `NBD_OPT_STARTTLS` but
+    /// `NBD_OPT_ABORT` is answered `NBD_REP_ERR_TLS_REQD`, and
+    /// `NBD_OPT_EXPORT_NAME` closes the connection.
+    Require,
+}
+
+impl TlsMode {
+    /// Whether a client may reach an export without TLS.
+    pub fn allows_plain(self) -> bool {
+        self != TlsMode::Require
+    }
+}
+
 /// What the server offers in this handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandshakeConfig {
@@ -45,6 +71,8 @@ pub struct HandshakeConfig {
     pub preferred_block: u32,
     /// Maximum payload for `NBD_INFO_BLOCK_SIZE`.
     pub max_payload: u32,
+    /// Whether TLS is offered or required on this connection.
+    pub tls: TlsMode,
 }
 
 impl Default for HandshakeConfig {
@@ -54,6 +82,7 @@ impl Default for HandshakeConfig {
             multi_conn: true,
             preferred_block: 4096,
             max_payload: MAX_PAYLOAD,
+            tls: TlsMode::Off,
         }
     }
 }
@@ -78,6 +107,9 @@ pub enum CloseReason {
     ExportUnavailable(String),
     /// The client broke a mandatory rule (bad magic, unknown client flags).
     Protocol(String),
+    /// `NBD_OPT_EXPORT_NAME` without TLS where TLS is required: the
+    /// protocol can only answer by closing.
+    TlsRequired,
 }
 
 /// What [`Handshake::advance`] concluded.
@@ -90,12 +122,20 @@ pub enum Progress {
     Transmission(Negotiated),
     /// Write the output, then close the connection.
     Close(CloseReason),
+    /// Write the output (the ACK of `NBD_OPT_STARTTLS`), then run a TLS
+    /// handshake as the server on the same connection: bytes after the
+    /// consumed ones are already TLS. Call [`Handshake::tls_started`] once
+    /// it succeeded and feed the decrypted bytes; until then `advance`
+    /// consumes nothing and returns this again.
+    StartTls,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     ClientFlags,
     Options,
+    /// The STARTTLS ACK is out; waiting for the caller's TLS handshake.
+    StartTls,
     /// Discarding an over-long option's payload, then refusing it.
     Skip {
         option: u32,
@@ -111,6 +151,8 @@ pub struct Handshake {
     state: State,
     no_zeroes: bool,
     structured: bool,
+    /// The connection runs inside TLS.
+    tls: bool,
 }
 
 impl Handshake {
@@ -120,7 +162,27 @@ impl Handshake {
             state: State::ClientFlags,
             no_zeroes: false,
             structured: false,
+            tls: false,
         }
+    }
+
+    /// The TLS handshake that [`Progress::StartTls`] asked for succeeded:
+    /// option haggling goes on inside TLS.
+    pub fn tls_started(&mut self) {
+        if self.state == State::StartTls {
+            self.tls = true;
+            self.state = State::Options;
+        }
+    }
+
+    /// Whether the connection runs inside TLS.
+    pub fn in_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// TLS is required and has not started: options are refused.
+    fn tls_missing(&self) -> bool {
+        self.config.tls == TlsMode::Require && !self.tls
     }
 
     /// The server's opening bytes: `NBDMAGIC`, `IHAVEOPT`, handshake flags.
@@ -151,6 +213,7 @@ impl Handshake {
             let rest = &input[used..];
             match self.state.clone() {
                 State::Finished(p) => return (used, p),
+                State::StartTls => return (used, Progress::StartTls),
                 State::ClientFlags => {
                     let Some(b) = rest.get(..4) else {
                         return (used, Progress::Continue);
@@ -177,7 +240,9 @@ impl Handshake {
                         return (used, Progress::Continue);
                     }
                     self.state = State::Options;
-                    let reply = if known_option(option) {
+                    let reply = if self.tls_missing() && option != OPT_ABORT {
+                        REP_ERR_TLS_REQD
+                    } else if known_option(option) {
                         REP_ERR_TOO_BIG
                     } else {
                         REP_ERR_UNSUP
@@ -246,6 +311,20 @@ impl Handshake {
 
     /// Handles one complete option.
     fn option(&mut self, option: u32, data: &[u8], catalog: &dyn Catalog, out: &mut Vec<u8>) {
+        if self.tls_missing() {
+            match option {
+                OPT_STARTTLS | OPT_ABORT => {}
+                OPT_EXPORT_NAME => return self.finish(Progress::Close(CloseReason::TlsRequired)),
+                _ => {
+                    return option_error(
+                        out,
+                        option,
+                        REP_ERR_TLS_REQD,
+                        "this server requires TLS: send NBD_OPT_STARTTLS first",
+                    )
+                }
+            }
+        }
         match option {
             OPT_EXPORT_NAME => {
                 let export = std::str::from_utf8(data)
@@ -321,8 +400,29 @@ impl Handshake {
                     option_reply(out, option, REP_ACK, &[]);
                 }
             }
-            OPT_STARTTLS => option_error(out, option, REP_ERR_UNSUP, "TLS is not supported"),
+            OPT_STARTTLS => self.start_tls(data, out),
             _ => option_error(out, option, REP_ERR_UNSUP, "option not supported"),
+        }
+    }
+
+    fn start_tls(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.config.tls == TlsMode::Off {
+            option_error(
+                out,
+                OPT_STARTTLS,
+                REP_ERR_UNSUP,
+                "TLS is not offered on this connection",
+            );
+        } else if self.tls {
+            option_error(out, OPT_STARTTLS, REP_ERR_INVALID, "TLS is already on");
+        } else if !data.is_empty() {
+            option_error(out, OPT_STARTTLS, REP_ERR_INVALID, "STARTTLS takes no data");
+        } else {
+            option_reply(out, OPT_STARTTLS, REP_ACK, &[]);
+            // What was negotiated in the clear may have been tampered with:
+            // start over inside TLS.
+            self.structured = false;
+            self.state = State::StartTls;
         }
     }
 
@@ -486,6 +586,125 @@ mod tests {
         let mut out = Vec::new();
         let (n, p) = h.advance(input, &Two, &mut out);
         (n, p, out)
+    }
+
+    fn with_tls(tls: TlsMode) -> Handshake {
+        Handshake::new(HandshakeConfig {
+            tls,
+            ..HandshakeConfig::default()
+        })
+    }
+
+    /// FORCEDTLS: before STARTTLS every option but ABORT is refused with
+    /// TLS_REQD (EXPORT_NAME closes); after it, haggling starts over inside
+    /// TLS and a second STARTTLS is invalid.
+    #[test]
+    fn tls_required_refuses_everything_before_starttls() {
+        let mut h = with_tls(TlsMode::Require);
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_LIST, &[]));
+        input.extend(opt(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(opt(OPT_GO, &go_data("disk", &[])));
+        input.extend(opt(OPT_INFO, &go_data("disk", &[])));
+        input.extend(opt(4242, b"?"));
+        input.extend(opt(OPT_GO, &vec![0u8; MAX_OPTION_LEN as usize + 1]));
+        input.extend(opt(OPT_STARTTLS, &[]));
+        let tls_bytes = b"\x16\x03\x01 (a ClientHello)";
+        input.extend_from_slice(tls_bytes);
+        let mut out = Vec::new();
+        let (n, p) = h.advance(&input, &Two, &mut out);
+        assert_eq!(p, Progress::StartTls);
+        assert_eq!(n, input.len() - tls_bytes.len(), "TLS bytes are left alone");
+        let types: Vec<u32> = replies(&out).iter().map(|r| r.1).collect();
+        assert_eq!(
+            types,
+            [REP_ERR_TLS_REQD; 6]
+                .iter()
+                .copied()
+                .chain([REP_ACK])
+                .collect::<Vec<_>>()
+        );
+        // Nothing moves until the caller has run the TLS handshake.
+        let mut more = Vec::new();
+        assert_eq!(
+            h.advance(tls_bytes, &Two, &mut more),
+            (0, Progress::StartTls)
+        );
+        assert!(more.is_empty() && !h.in_tls());
+        h.tls_started();
+        assert!(h.in_tls());
+        let mut input = opt(OPT_STARTTLS, &[]);
+        input.extend(opt(OPT_LIST, &[]));
+        input.extend(opt(OPT_GO, &go_data("disk", &[])));
+        let mut out = Vec::new();
+        let (n, p) = h.advance(&input, &Two, &mut out);
+        assert_eq!(n, input.len());
+        let Progress::Transmission(neg) = p else {
+            panic!("{p:?}")
+        };
+        assert!(!neg.structured);
+        let types: Vec<u32> = replies(&out).iter().map(|r| r.1).collect();
+        assert_eq!(
+            types,
+            [
+                REP_ERR_INVALID,
+                REP_SERVER,
+                REP_SERVER,
+                REP_ACK,
+                REP_INFO,
+                REP_ACK
+            ]
+        );
+    }
+
+    #[test]
+    fn tls_required_closes_on_export_name_and_allows_abort() {
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_EXPORT_NAME, b"disk"));
+        let mut out = Vec::new();
+        let (_, p) = with_tls(TlsMode::Require).advance(&input, &Two, &mut out);
+        assert_eq!(p, Progress::Close(CloseReason::TlsRequired));
+        assert!(out.is_empty(), "no export data without TLS");
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_ABORT, &[]));
+        let mut out = Vec::new();
+        let (_, p) = with_tls(TlsMode::Require).advance(&input, &Two, &mut out);
+        assert_eq!(p, Progress::Close(CloseReason::Abort));
+        assert_eq!(replies(&out)[0].1, REP_ACK);
+    }
+
+    /// SELECTIVETLS (`On`): plain clients are served, STARTTLS is accepted
+    /// and forgets what was negotiated in the clear; `Off` refuses it.
+    #[test]
+    fn tls_on_serves_both_and_off_refuses_starttls() {
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(opt(OPT_GO, &go_data("disk", &[])));
+        let mut out = Vec::new();
+        let (_, p) = with_tls(TlsMode::On).advance(&input, &Two, &mut out);
+        assert!(matches!(p, Progress::Transmission(n) if n.structured));
+
+        let mut h = with_tls(TlsMode::On);
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_STRUCTURED_REPLY, &[]));
+        input.extend(opt(OPT_STARTTLS, b"x"));
+        input.extend(opt(OPT_STARTTLS, &[]));
+        let mut out = Vec::new();
+        assert_eq!(h.advance(&input, &Two, &mut out).1, Progress::StartTls);
+        let types: Vec<u32> = replies(&out).iter().map(|r| r.1).collect();
+        assert_eq!(types, [REP_ACK, REP_ERR_INVALID, REP_ACK]);
+        h.tls_started();
+        let mut out = Vec::new();
+        let (_, p) = h.advance(&opt(OPT_GO, &go_data("disk", &[])), &Two, &mut out);
+        assert!(matches!(p, Progress::Transmission(n) if !n.structured));
+
+        let mut input = 3u32.to_be_bytes().to_vec();
+        input.extend(opt(OPT_STARTTLS, &[]));
+        input.extend(opt(OPT_ABORT, &[]));
+        let (_, p, out) = run(&input);
+        assert_eq!(p, Progress::Close(CloseReason::Abort));
+        let types: Vec<u32> = replies(&out).iter().map(|r| r.1).collect();
+        assert_eq!(types, [REP_ERR_UNSUP, REP_ACK]);
     }
 
     #[test]

@@ -37,11 +37,15 @@ pub mod reply;
 pub mod request;
 mod server;
 pub mod socket;
+pub mod tls;
 
 pub use exports::{
     create_export, delete_export, list_exports, lookup_export, resize_export, Export,
 };
-pub use handshake::{Catalog, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress};
+pub use handshake::{
+    Catalog, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress, TlsMode,
+};
 pub use proto::Errno;
 pub use request::{check, parse_request, Action, Limits, Request};
-pub use server::{serve, stderr_log, Endpoint, Log, ServerConfig, ServerHandle, Stats};
+pub use server::{serve, stderr_log, Endpoint, Log, ServerConfig, ServerHandle, Stats, Tls};
+pub use tls::{TlsCredentials, TlsError};

@@ -17,11 +17,12 @@
 
 use crate::exports::{list_exports, lookup_export};
 use crate::handshake::{
-    Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress,
+    Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress, TlsMode,
 };
 use crate::proto::*;
 use crate::reply;
 use crate::request::{check, parse_request, Action, Limits, Request};
+use crate::tls::{self, TlsCredentials, TlsReader, TlsWriter};
 use oubli_core::{Error, Store};
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Write};
@@ -65,13 +66,29 @@ pub struct ServerConfig {
     /// The only exports clients may open or list (`None`: every export in
     /// the store). `oubli serve` gives the one it was asked to serve.
     pub exports: Option<Vec<String>>,
-    /// A client that has not finished the handshake by then is disconnected.
+    /// TLS: credentials and when to use them. `None`: no TLS anywhere
+    /// (`NBD_OPT_STARTTLS` is refused).
+    pub tls: Option<Tls>,
+    /// A client that has not entered transmission this long after it
+    /// connected (TLS handshake included) is disconnected, so that idle
+    /// connections cannot hold the server's connection slots.
     pub handshake_timeout: Duration,
     /// Write payload bytes held for requests in flight, over all connections:
     /// readers wait while it is reached (a single larger request still goes
     /// through, alone).
     pub max_inflight_bytes: u64,
     pub log: Log,
+}
+
+/// TLS for [`ServerConfig::tls`]: the credentials and the mode on each kind
+/// of endpoint.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub credentials: TlsCredentials,
+    /// On TCP endpoints.
+    pub tcp: TlsMode,
+    /// On Unix sockets (whose file mode already keeps other users out).
+    pub unix: TlsMode,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +103,7 @@ impl Default for ServerConfig {
             max_connections: 128,
             workers_per_connection: 4,
             exports: None,
+            tls: None,
             handshake_timeout: Duration::from_secs(10),
             max_inflight_bytes: 256 << 20,
             log: stderr_log(),
@@ -98,8 +116,9 @@ impl Default for ServerConfig {
 pub enum Endpoint {
     /// A Unix socket at this path (created mode 0600; a stale socket file is replaced).
     Unix(PathBuf),
-    /// A TCP address (use a loopback address unless clients are remote:
-    /// NBD has no authentication here).
+    /// A TCP address. Without TLS (client certificates) anyone who reaches
+    /// it reads and writes the exports: `oubli serve` allows plain TCP only
+    /// on a loopback address.
     Tcp(SocketAddr),
 }
 
@@ -110,12 +129,6 @@ enum Stream {
 }
 
 impl Stream {
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_read_timeout(timeout),
-            Stream::Tcp(s) => s.set_read_timeout(timeout),
-        }
-    }
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
@@ -127,6 +140,61 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
+    }
+    /// Read and write timeouts of the socket (shared by every handle on it).
+    fn set_timeouts(&self, limit: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => {
+                s.set_read_timeout(limit)?;
+                s.set_write_timeout(limit)
+            }
+            Stream::Tcp(s) => {
+                s.set_read_timeout(limit)?;
+                s.set_write_timeout(limit)
+            }
+        }
+    }
+}
+
+impl tls::Socket for Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Stream::try_clone(self)
+    }
+}
+
+/// What a connection reads: the socket, or the plaintext of its TLS session.
+enum Input {
+    Plain(Stream),
+    Tls(TlsReader<Stream>),
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Input::Plain(s) => s.read(buf),
+            Input::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+/// What a connection writes to: the socket, or its TLS session.
+enum Output {
+    Plain(Stream),
+    Tls(TlsWriter<Stream>),
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Output::Plain(s) => s.write(buf),
+            Output::Tls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Output::Plain(s) => s.flush(),
+            Output::Tls(t) => t.flush(),
+        }
     }
 }
 
@@ -160,6 +228,15 @@ enum Listener {
 }
 
 impl Listener {
+    /// The TLS mode of this listener's connections.
+    fn tls_mode(&self, tls: Option<&Tls>) -> TlsMode {
+        match (tls, self) {
+            (None, _) => TlsMode::Off,
+            (Some(t), Listener::Unix(..)) => t.unix,
+            (Some(t), Listener::Tcp(_)) => t.tcp,
+        }
+    }
+
     fn accept(&self) -> io::Result<(Stream, String)> {
         match self {
             Listener::Unix(l, path) => {
@@ -205,6 +282,10 @@ pub struct Stats {
     /// The most write payload bytes ever held at once (see
     /// [`ServerConfig::max_inflight_bytes`]).
     pub peak_inflight_bytes: AtomicU64,
+    /// Connections that entered TLS.
+    pub tls_sessions: AtomicU64,
+    /// Connections dropped for not finishing the handshake in time.
+    pub handshake_timeouts: AtomicU64,
 }
 
 struct Shared {
@@ -278,6 +359,7 @@ pub fn serve(
         multi_conn: config.multi_conn,
         preferred_block: cell.clamp(512, MAX_PAYLOAD),
         max_payload: MAX_PAYLOAD,
+        tls: TlsMode::Off,
     };
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
@@ -304,7 +386,12 @@ pub fn serve(
     let mut acceptors = Vec::new();
     for (l, addr) in listeners.iter().zip(&addrs) {
         let (l, s) = (l.clone(), shared.clone());
-        s.log(&format!("listening on {}", show(addr)));
+        let tls = match l.tls_mode(s.config.tls.as_ref()) {
+            TlsMode::Off => "",
+            TlsMode::On => " (TLS for clients that ask)",
+            TlsMode::Require => " (TLS required)",
+        };
+        s.log(&format!("listening on {}{tls}", show(addr)));
         acceptors.push(
             std::thread::Builder::new()
                 .name("nbd-accept".into())
@@ -386,10 +473,11 @@ fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         conns.insert(id, handle);
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         let s = shared.clone();
+        let tls = listener.tls_mode(shared.config.tls.as_ref());
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                connection(&s, id, stream, &peer);
+                connection(&s, id, stream, &peer, tls);
                 s.conns().remove(&id);
                 s.ended.notify_all();
             });
@@ -569,18 +657,15 @@ impl Catalog for StoreCatalog<'_> {
 }
 
 /// One connection, from greeting to close.
-fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str) {
-    let Ok(write_half) = stream.try_clone() else {
+fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str, tls: TlsMode) {
+    let (Ok(write_half), Ok(raw)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
-    let mut writer = BufWriter::with_capacity(64 * 1024, write_half);
-    let mut reader = stream;
-    // A client that connects and then says nothing must not hold a thread
-    // and a connection slot for ever.
-    let _ = reader.set_read_timeout(Some(shared.config.handshake_timeout));
-    let negotiated = handshake(shared, &mut reader, &mut writer);
-    let _ = reader.set_read_timeout(None);
-    match negotiated {
+    let mut wire = Wire {
+        input: Input::Plain(stream),
+        output: BufWriter::with_capacity(64 * 1024, Output::Plain(write_half)),
+    };
+    match handshake(shared, id, &raw, &mut wire, tls) {
         Ok(Some((neg, leftover))) => {
             shared.log(&format!(
                 "connection {id} ({peer}): export {:?} ({} bytes){}",
@@ -592,28 +677,76 @@ fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str) {
                     ""
                 }
             ));
+            let Wire { input, mut output } = wire;
             let mut input =
-                BufReader::with_capacity(256 * 1024, Cursor::new(leftover).chain(reader));
-            match transmission(shared, id, &neg, &mut input, &mut writer) {
+                BufReader::with_capacity(256 * 1024, Cursor::new(leftover).chain(input));
+            match transmission(shared, id, &neg, &mut input, &mut output) {
                 Ok(()) => shared.log(&format!("connection {id}: closed")),
                 Err(e) => shared.log(&format!("connection {id}: closed: {e}")),
             }
+            wire = Wire {
+                input: input.into_inner().into_inner().1,
+                output,
+            };
         }
         Ok(None) => {}
         Err(e) => shared.log(&format!("connection {id} ({peer}): handshake ended: {e}")),
     }
-    let _ = writer.flush();
+    let _ = wire.output.flush();
+    if let Output::Tls(session) = wire.output.get_ref() {
+        // The protocol closes the TLS session before the connection.
+        session.close();
+    }
+}
+
+/// A connection's two directions, plain or inside TLS.
+struct Wire {
+    input: Input,
+    output: BufWriter<Output>,
 }
 
 /// Runs the handshake; returns the negotiation and the bytes read past it.
+/// The whole handshake, TLS included, must end within the configured
+/// timeout (`raw` is the socket, on which the timeouts are set).
 fn handshake(
     shared: &Shared,
-    reader: &mut Stream,
-    writer: &mut BufWriter<Stream>,
+    id: u64,
+    raw: &Stream,
+    wire: &mut Wire,
+    tls: TlsMode,
 ) -> io::Result<Option<(Negotiated, Vec<u8>)>> {
-    writer.write_all(&Handshake::greeting())?;
-    writer.flush()?;
-    let mut hs = Handshake::new(shared.handshake);
+    let limit = shared.config.handshake_timeout;
+    let deadline = Instant::now() + limit;
+    let timed_out = || {
+        shared
+            .stats
+            .handshake_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no handshake within {limit:?}"),
+        )
+    };
+    // Every blocking step gets what is left of the time.
+    let arm = || -> io::Result<()> {
+        match deadline.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => raw.set_timeouts(Some(left)),
+            _ => Err(timed_out()),
+        }
+    };
+    let late = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+        _ => e,
+    };
+    arm()?;
+    wire.output
+        .write_all(&Handshake::greeting())
+        .map_err(late)?;
+    wire.output.flush().map_err(late)?;
+    let mut hs = Handshake::new(HandshakeConfig {
+        tls,
+        ..shared.handshake
+    });
     let catalog = StoreCatalog { shared };
     let mut pending = Vec::new();
     let mut buf = [0u8; 8192];
@@ -621,13 +754,46 @@ fn handshake(
     loop {
         let (used, progress) = hs.advance(&pending, &catalog, &mut out);
         pending.drain(..used);
-        writer.write_all(&out)?;
-        writer.flush()?;
+        arm()?;
+        wire.output.write_all(&out).map_err(late)?;
+        wire.output.flush().map_err(late)?;
         out.clear();
         match progress {
             Progress::Continue => {}
-            Progress::Transmission(neg) => return Ok(Some((neg, pending))),
+            Progress::StartTls => {
+                let credentials = &shared
+                    .config
+                    .tls
+                    .as_ref()
+                    .expect("TLS is offered only with credentials")
+                    .credentials;
+                let (reader, writer) =
+                    tls::accept(credentials, raw.try_clone()?, std::mem::take(&mut pending))
+                        .map_err(|e| match e.kind() {
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+                            _ => io::Error::new(e.kind(), format!("TLS handshake failed: {e}")),
+                        })?;
+                shared.stats.tls_sessions.fetch_add(1, Ordering::Relaxed);
+                shared.log(&format!(
+                    "connection {id}: TLS ({}), client certificate verified",
+                    reader.describe()
+                ));
+                wire.input = Input::Tls(reader);
+                wire.output = BufWriter::with_capacity(64 * 1024, Output::Tls(writer));
+                hs.tls_started();
+                continue;
+            }
+            Progress::Transmission(neg) => {
+                raw.set_timeouts(None)?;
+                return Ok(Some((neg, pending)));
+            }
             Progress::Close(CloseReason::Abort) => return Ok(None),
+            Progress::Close(CloseReason::TlsRequired) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the client asked for an export without TLS, which this server requires",
+                ))
+            }
             Progress::Close(why) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -635,7 +801,13 @@ fn handshake(
                 ))
             }
         }
-        let n = reader.read(&mut buf)?;
+        arm()?;
+        let n = loop {
+            match wire.input.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other.map_err(late)?,
+            }
+        };
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -725,7 +897,7 @@ fn transmission(
     id: u64,
     neg: &Negotiated,
     input: &mut BufReader<impl Read>,
-    out: &mut BufWriter<Stream>,
+    out: &mut BufWriter<Output>,
 ) -> io::Result<()> {
     let workers = shared.config.workers_per_connection.max(1);
     let out = Mutex::new(out);
@@ -1015,7 +1187,7 @@ fn send_reply(
     req: &Request,
     structured: bool,
     result: Outcome,
-    out: &mut BufWriter<Stream>,
+    out: &mut BufWriter<Output>,
 ) -> io::Result<()> {
     match (result, structured) {
         (Ok(data), false) => {

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use oubli_nbd::exports::create_export;
 use oubli_nbd::handshake::{
-    Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Progress,
+    Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Progress, TlsMode,
 };
 use oubli_nbd::proto::*;
 use oubli_nbd::{check, parse_request, Action, Limits, Request, ServerConfig};
@@ -52,8 +52,14 @@ impl Catalog for Fixed {
 }
 
 /// Feeds `input` in the pieces given by `cuts`, as the connection loop does
-/// (a pending buffer drained by what was consumed).
-fn drive(input: &[u8], cuts: &[usize], config: HandshakeConfig) -> (usize, Progress, Vec<u8>) {
+/// (a pending buffer drained by what was consumed). TLS is taken as
+/// transparent: at `StartTls` the bytes that follow are the decrypted ones.
+/// The last field: whether the handshake ended inside TLS.
+fn drive(
+    input: &[u8],
+    cuts: &[usize],
+    config: HandshakeConfig,
+) -> (usize, Progress, Vec<u8>, bool) {
     let mut hs = Handshake::new(config);
     let mut out = Vec::new();
     let mut pending = Vec::new();
@@ -67,7 +73,15 @@ fn drive(input: &[u8], cuts: &[usize], config: HandshakeConfig) -> (usize, Progr
         pending.extend_from_slice(&input[fed..p]);
         fed = p;
         let before = pending.len();
-        let (n, pr) = hs.advance(&pending, &Fixed, &mut out);
+        let (mut n, mut pr) = hs.advance(&pending, &Fixed, &mut out);
+        while pr == Progress::StartTls {
+            // Nothing moves until TLS is up.
+            assert_eq!(hs.advance(&pending[n..], &Fixed, &mut Vec::new()).0, 0);
+            hs.tls_started();
+            let (more, next) = hs.advance(&pending[n..], &Fixed, &mut out);
+            n += more;
+            pr = next;
+        }
         assert!(n <= before, "consumed more than it was given");
         pending.drain(..n);
         consumed += n;
@@ -79,7 +93,11 @@ fn drive(input: &[u8], cuts: &[usize], config: HandshakeConfig) -> (usize, Progr
             break;
         }
     }
-    (consumed, progress, out)
+    (consumed, progress, out, hs.in_tls())
+}
+
+fn tls_mode(i: u8) -> TlsMode {
+    [TlsMode::Off, TlsMode::On, TlsMode::Require][i as usize % 3]
 }
 
 /// Checks that the output is a sequence of well-formed option replies,
@@ -227,9 +245,11 @@ proptest! {
     /// given, well-framed output, and the same result however the input is split.
     #[test]
     fn handshake_on_random_bytes(input in proptest::collection::vec(any::<u8>(), 0..200),
-                                 cuts in proptest::collection::vec(any::<usize>(), 0..6)) {
-        let whole = drive(&input, &[], HandshakeConfig::default());
-        let split = drive(&input, &cuts, HandshakeConfig::default());
+                                 cuts in proptest::collection::vec(any::<usize>(), 0..6),
+                                 tls in any::<u8>()) {
+        let config = HandshakeConfig { tls: tls_mode(tls), ..HandshakeConfig::default() };
+        let whole = drive(&input, &[], config);
+        let split = drive(&input, &cuts, config);
         prop_assert_eq!(&whole, &split);
         prop_assert!(whole.0 <= input.len());
         check_framing(&whole.2, &whole.1);
@@ -239,14 +259,19 @@ proptest! {
     #[test]
     fn handshake_on_plausible_sessions(input in session_strategy(),
                                        cuts in proptest::collection::vec(any::<usize>(), 0..6),
-                                       structured in any::<bool>()) {
-        let config = HandshakeConfig { structured_replies: structured, ..HandshakeConfig::default() };
+                                       structured in any::<bool>(),
+                                       tls in any::<u8>()) {
+        let tls = tls_mode(tls);
+        let config = HandshakeConfig { structured_replies: structured, tls, ..HandshakeConfig::default() };
         let whole = drive(&input, &[], config);
         let split = drive(&input, &cuts, config);
         prop_assert_eq!(&whole, &split);
         check_framing(&whole.2, &whole.1);
         match &whole.1 {
             Progress::Transmission(n) => {
+                // No export without TLS where it is required, none inside TLS where it is off.
+                prop_assert!(tls.allows_plain() || whole.3);
+                prop_assert!(tls != TlsMode::Off || !whole.3);
                 prop_assert!(n.flags & FLAG_HAS_FLAGS != 0);
                 prop_assert_eq!(n.export.read_only, n.flags & FLAG_READ_ONLY != 0);
                 prop_assert!(!n.structured || structured);

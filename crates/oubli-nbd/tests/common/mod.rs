@@ -479,3 +479,47 @@ impl RawClient {
         assert_eq!(self.s.read(&mut b).unwrap_or(0), 0);
     }
 }
+
+/// A CA, a server and a client certificate made by `scripts/nbd-certs` (the
+/// recipe docs/NBD.md gives users) under `dir/certs`: `server/` for the
+/// server, `client/` for libnbd and qemu. `None` to skip without certtool.
+pub fn make_certs(dir: &Path) -> Option<PathBuf> {
+    tool("certtool", "gnutls-bin")?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
+    let out = dir.join("certs");
+    run_ok(Command::new(script).arg(&out), Duration::from_secs(60));
+    Some(out)
+}
+
+/// The server's TLS credentials from [`make_certs`].
+pub fn server_credentials(certs: &Path) -> oubli_nbd::TlsCredentials {
+    oubli_nbd::TlsCredentials::load(&certs.join("server")).expect("load the server certificates")
+}
+
+/// Waits until `cond` holds; a minute without it fails the test (a safety
+/// net against hangs, not a timing assertion).
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A store in `dir` with one export, "disk", of `size` bytes, served on a
+/// Unix socket as the default export with `config`.
+pub fn serve_disk(dir: &Path, size: u64, config: ServerConfig) -> Served {
+    let store = dir_store(dir);
+    oubli_nbd::create_export(&store, "disk", size).unwrap();
+    Served::start(
+        store,
+        dir,
+        ServerConfig {
+            default_export: Some("disk".into()),
+            ..config
+        },
+    )
+}

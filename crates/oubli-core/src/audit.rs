@@ -24,6 +24,18 @@ pub enum Source {
     Tree(u64),
     /// Named by this epoch's intent log.
     Log(u64),
+    /// Reachable from the `n`th snapshot root kept at this epoch (in its
+    /// superblock's table, then in its log).
+    Snapshot(u64, u32),
+}
+
+impl Source {
+    /// The epoch whose key opened it.
+    pub fn epoch(&self) -> u64 {
+        match *self {
+            Source::Tree(e) | Source::Log(e) | Source::Snapshot(e, _) => e,
+        }
+    }
 }
 
 /// One data cell the adversary opened.
@@ -115,6 +127,30 @@ pub fn recover(
     provider: Arc<dyn CryptoProvider>,
     scheme: Arc<dyn KeyScheme>,
 ) -> Recovery {
+    recover_with_shares(superblocks, medium, keys, &[], provider, scheme)
+}
+
+/// The cells reached, to open once every tree and log has been read (an
+/// object's share entry sorts after its cells, and may come from a log).
+#[derive(Default)]
+struct Found {
+    cells: Vec<(u64, u64, crate::tree::CellRef, Source)>,
+    seen: HashSet<(u64, Source)>,
+    /// Object id → the share its cells depend on.
+    shares: std::collections::HashMap<u64, u32>,
+}
+
+/// [`recover`] by an adversary who also holds these share keys (`(share
+/// id, key)`, e.g. a copy of a share's vault): data under a share opens
+/// only with its key.
+pub fn recover_with_shares(
+    superblocks: &[Vec<u8>],
+    medium: Arc<dyn Medium>,
+    keys: &[VaultRecord],
+    share_keys: &[(u32, oubli_crypto::SecretKey)],
+    provider: Arc<dyn CryptoProvider>,
+    scheme: Arc<dyn KeyScheme>,
+) -> Recovery {
     let ctx = Ctx {
         medium: medium.clone(),
         provider: provider.clone(),
@@ -123,7 +159,7 @@ pub fn recover(
         io_guard: Default::default(),
     };
     let mut out = Recovery::default();
-    let mut seen_units = HashSet::new();
+    let mut found = Found::default();
     let mut seen_sb = HashSet::new();
     for bytes in superblocks {
         let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
@@ -149,8 +185,17 @@ pub fn recover(
                     *level,
                     source,
                     &mut out,
-                    &mut seen_units,
+                    &mut found,
                 );
+            }
+            // Every snapshot the epoch kept (in its table, then in its log),
+            // each its own source: versions of one object are reassembled apart.
+            let mut snapshot_roots = Vec::new();
+            if let Some(catalog) = &body.catalog {
+                match crate::engine::read_catalog(&ctx, catalog) {
+                    Ok(c) => snapshot_roots.extend(c.snapshots.into_iter().filter_map(|r| r.root)),
+                    Err(_) => out.failures += 1,
+                }
             }
             // The epoch's intent log: every batch that opens, damaged or not.
             let keys = log::LogKeys {
@@ -161,19 +206,46 @@ pub fn recover(
             };
             let read = log::read_log(&*medium, &body.log_place(), &keys);
             for op in read.batches.into_iter().flatten() {
-                if let log::Op::PutCell { oid, cell, cref } = op {
-                    open_cell(
-                        &ctx,
-                        oid,
-                        cell,
-                        &cref,
-                        Source::Log(header.epoch),
-                        &mut out,
-                        &mut seen_units,
-                    );
+                match op {
+                    log::Op::PutCell { oid, cell, cref } => {
+                        found
+                            .cells
+                            .push((oid, cell, cref, Source::Log(header.epoch)))
+                    }
+                    log::Op::SetShare { oid, share } => {
+                        found.shares.insert(oid, share);
+                    }
+                    // A snapshot taken in the epoch: its root is in the log.
+                    log::Op::PutSnapshot { snapshot } => snapshot_roots.extend(snapshot.root),
+                    _ => {}
                 }
             }
+            for (n, (root, level)) in snapshot_roots.into_iter().enumerate() {
+                let source = Source::Snapshot(header.epoch, n as u32);
+                walk(
+                    &ctx,
+                    &Child::Disk(root),
+                    level,
+                    source,
+                    &mut out,
+                    &mut found,
+                );
+            }
         }
+    }
+    let cells = std::mem::take(&mut found.cells);
+    for (oid, cell, cref, source) in cells {
+        if !found.seen.insert((cref.addr, source)) {
+            continue;
+        }
+        // Under a share whose key the adversary lacks, it tries the tree's
+        // key alone (which must not open it).
+        let share = found
+            .shares
+            .get(&oid)
+            .and_then(|id| share_keys.iter().find(|(s, _)| s == id))
+            .map(|(_, key)| key);
+        open_cell(&ctx, oid, cell, &cref, source, share, &mut out);
     }
     out
 }
@@ -184,13 +256,14 @@ fn open_cell(
     cell: u64,
     c: &crate::tree::CellRef,
     source: Source,
+    share: Option<&oubli_crypto::SecretKey>,
     out: &mut Recovery,
-    seen: &mut HashSet<(u64, Source)>,
 ) {
-    if !seen.insert((c.addr, source)) {
-        return;
-    }
     let key = ctx.scheme.resolve(&c.key);
+    let key = match share {
+        Some(s) => crate::share::bind(&*ctx.provider, s, &key),
+        None => key,
+    };
     match open_unit(
         &*ctx.medium,
         &*ctx.provider,
@@ -219,7 +292,7 @@ fn walk(
     level: u8,
     source: Source,
     out: &mut Recovery,
-    seen: &mut HashSet<(u64, Source)>,
+    found: &mut Found,
 ) {
     let node = match child {
         Child::Mem(n) => n.clone(),
@@ -235,14 +308,18 @@ fn walk(
     match &*node {
         Node::Leaf(entries) => {
             for (k, v) in entries {
-                if let Value::Cell(c) = v {
-                    open_cell(ctx, k.oid, k.off, c, source, out, seen);
+                match v {
+                    Value::Cell(c) => found.cells.push((k.oid, k.off, c.clone(), source)),
+                    Value::Share(id) => {
+                        found.shares.insert(k.oid, *id);
+                    }
+                    _ => {}
                 }
             }
         }
         Node::Inner(level, children) => {
             for (_, c) in children {
-                walk(ctx, c, level - 1, source, out, seen);
+                walk(ctx, c, level - 1, source, out, found);
             }
         }
     }

@@ -33,10 +33,24 @@ pub enum Error {
     Corrupt(String),
     #[error("unsupported format version {0}")]
     Version(u16),
+    #[error("unknown key scheme {0}: the store was written by a newer oubli")]
+    UnknownKeyScheme(u8),
     #[error("no such object: {0}")]
     NoObject(u64),
     #[error("no such name: {0}")]
     NoName(String),
+    #[error("no such snapshot: {0}")]
+    NoSnapshot(String),
+    #[error("no such key share: {0}")]
+    NoShare(String),
+    #[error("this data is under key share {name}, whose vault {vault} cannot be opened: {why}")]
+    ShareUnavailable {
+        name: String,
+        vault: String,
+        why: String,
+    },
+    #[error("this data was under key share {0}, which was destroyed: it is unrecoverable")]
+    ShareDestroyed(String),
     #[error("name already exists: {0}")]
     Exists(String),
     #[error("invalid argument: {0}")]

@@ -12,11 +12,14 @@
 //! The library facade and a runnable example live in the `oubli` crate.
 
 pub mod audit;
+pub mod catalog;
 mod codec;
 mod engine;
 mod error;
 pub mod log;
 pub mod medium;
+pub mod share;
+pub mod snapshot;
 mod superblock;
 pub mod tree;
 mod unit;
@@ -27,9 +30,12 @@ mod vectors;
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
     name_hash, CleanerPolicy, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead,
-    Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
+    ShareInfo, ShareOpener, SnapshotInfo, SnapshotUsage, Status, Store, VaultFailurePolicy,
+    DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED,
 };
 pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
+pub use share::ShareRecord;
+pub use snapshot::SnapshotRecord;
 pub use tree::ObjectRecord;
 pub use vault::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};

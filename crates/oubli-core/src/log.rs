@@ -22,6 +22,8 @@
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::medium::{Medium, SegmentId};
+use crate::share::ShareRecord;
+use crate::snapshot::SnapshotRecord;
 use crate::tree::{CellRef, NameBucket, ObjectRecord};
 use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey, TAG_LEN};
@@ -58,6 +60,30 @@ pub enum Op {
         dir: u64,
         hash: u64,
         bucket: NameBucket,
+    },
+    /// Keep a tree root as a snapshot (format 3). Its nodes were written and
+    /// synced before the frame that names them.
+    PutSnapshot {
+        snapshot: SnapshotRecord,
+    },
+    /// Forget a snapshot: what only it reached is erased at the next commit.
+    DropSnapshot {
+        name: String,
+    },
+    /// Remove these objects — every entry of theirs and every name that
+    /// points at one — from every snapshot (the live tree is changed by the
+    /// ordinary ops).
+    RedactSnapshots {
+        oids: Vec<u64>,
+    },
+    /// Record a key share (created, or destroyed: `destroyed_at` set).
+    PutShare {
+        share: ShareRecord,
+    },
+    /// Place an (empty) object under a share.
+    SetShare {
+        oid: u64,
+        share: u32,
     },
 }
 
@@ -105,6 +131,30 @@ pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
                     w.bytes(name);
                     w.varint(*target);
                 }
+            }
+            Op::PutSnapshot { snapshot } => {
+                w.u8(7);
+                crate::snapshot::encode_record(&mut w, snapshot);
+            }
+            Op::DropSnapshot { name } => {
+                w.u8(8);
+                w.bytes(name.as_bytes());
+            }
+            Op::RedactSnapshots { oids } => {
+                w.u8(9);
+                w.varint(oids.len() as u64);
+                for oid in oids {
+                    w.varint(*oid);
+                }
+            }
+            Op::PutShare { share } => {
+                w.u8(10);
+                crate::share::encode_share(&mut w, share);
+            }
+            Op::SetShare { oid, share } => {
+                w.u8(11);
+                w.varint(*oid);
+                w.u32(*share);
             }
         }
     }
@@ -165,6 +215,31 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
                     bucket: NameBucket { entries },
                 }
             }
+            7 => Op::PutSnapshot {
+                snapshot: crate::snapshot::decode_record(&mut r)?,
+            },
+            8 => Op::DropSnapshot {
+                name: String::from_utf8(r.bytes()?.to_vec())
+                    .map_err(|_| DecodeError("snapshot name"))?,
+            },
+            9 => {
+                let count = r.varint()? as usize;
+                if count > bytes.len() {
+                    return Err(DecodeError("oid count"));
+                }
+                let mut oids = Vec::with_capacity(count);
+                for _ in 0..count {
+                    oids.push(r.varint()?);
+                }
+                Op::RedactSnapshots { oids }
+            }
+            10 => Op::PutShare {
+                share: crate::share::decode_share(&mut r)?,
+            },
+            11 => Op::SetShare {
+                oid: r.varint()?,
+                share: r.u32()?,
+            },
             _ => return Err(DecodeError("unknown op")),
         };
         ops.push(op);

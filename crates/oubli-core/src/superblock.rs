@@ -7,9 +7,13 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
-/// Version 2: salted intent-log frames and the log tally (docs/FORMAT.md).
-/// Version 1 stores still open; their first commit writes version 2.
-pub const FORMAT_VERSION: u16 = 2;
+/// Version 3: the snapshot table, the key-scheme id and the scheme's state
+/// pointer. Version 2: salted intent-log frames and the log tally
+/// (docs/FORMAT.md). Older stores still open; their first commit writes
+/// the current version.
+pub const FORMAT_VERSION: u16 = 3;
+/// The key scheme of every store so far: a random key in each parent pointer.
+pub const KEY_SCHEME_PARENT_POINTER: u8 = 0;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;
 
 /// The header every superblock slot starts with, readable without keys.
@@ -37,6 +41,66 @@ pub struct Body {
     pub live_bytes: u64,
     /// Seconds since the Unix epoch when this epoch was committed.
     pub committed_at: u64,
+    /// The catalog of snapshots and key shares, sealed as one unit
+    /// (format 3; `None`: neither).
+    pub catalog: Option<NodePtr>,
+    /// Which key scheme made the unit keys (format 3; 0 before).
+    pub key_scheme: u8,
+    /// The key scheme's own committed state (format 3; reserved: `None`
+    /// for the parent-pointer scheme, which keeps every key in the tree).
+    pub scheme_state: Option<NodePtr>,
+}
+
+/// A tree root and its level, or none (an empty tree).
+pub(crate) fn write_root(w: &mut Writer, root: &Option<(NodePtr, u8)>) {
+    match root {
+        None => w.u8(0),
+        Some((ptr, level)) => {
+            w.u8(1);
+            w.u8(*level);
+            w.u64(ptr.addr);
+            w.u32(ptr.len);
+            w.raw(ptr.key.expose());
+        }
+    }
+}
+
+pub(crate) fn read_root(r: &mut Reader) -> Result<Option<(NodePtr, u8)>, DecodeError> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => {
+            let level = r.u8()?;
+            let addr = r.u64()?;
+            let len = r.u32()?;
+            let key = KeyRef::from_bytes(r.array()?);
+            Some((NodePtr { addr, len, key }, level))
+        }
+        _ => return Err(DecodeError("root flag")),
+    })
+}
+
+fn write_ptr(w: &mut Writer, ptr: &Option<NodePtr>) {
+    match ptr {
+        None => w.u8(0),
+        Some(p) => {
+            w.u8(1);
+            w.u64(p.addr);
+            w.u32(p.len);
+            w.raw(p.key.expose());
+        }
+    }
+}
+
+fn read_ptr(r: &mut Reader) -> Result<Option<NodePtr>, DecodeError> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(NodePtr {
+            addr: r.u64()?,
+            len: r.u32()?,
+            key: KeyRef::from_bytes(r.array()?),
+        }),
+        _ => return Err(DecodeError("pointer flag")),
+    })
 }
 
 pub fn superblock_key(
@@ -94,16 +158,7 @@ pub fn seal(
 ) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(body.cell_size);
-    match &body.root {
-        None => w.u8(0),
-        Some((ptr, level)) => {
-            w.u8(1);
-            w.u8(*level);
-            w.u64(ptr.addr);
-            w.u32(ptr.len);
-            w.raw(ptr.key.expose());
-        }
-    }
+    write_root(&mut w, &body.root);
     w.u64(body.next_oid);
     w.u32(body.next_segment);
     w.u32(body.log_segment);
@@ -115,6 +170,17 @@ pub fn seal(
     }
     w.u64(body.live_bytes);
     w.u64(body.committed_at);
+    if header.version >= 3 {
+        write_ptr(&mut w, &body.catalog);
+        w.u8(body.key_scheme);
+        write_ptr(&mut w, &body.scheme_state);
+    } else {
+        assert!(
+            body.catalog.is_none() && body.key_scheme == KEY_SCHEME_PARENT_POINTER,
+            "format {} has no snapshots and one key scheme",
+            header.version
+        );
+    }
     let mut sealed = w.buf;
     let aad = encode_header(header, (sealed.len() + oubli_crypto::TAG_LEN) as u32);
     provider.seal(
@@ -151,16 +217,7 @@ pub fn open(
     let mut r = Reader::new(&body);
     let parse = |r: &mut Reader| -> Result<Body, DecodeError> {
         let cell_size = r.u32()?;
-        let root = match r.u8()? {
-            0 => None,
-            _ => {
-                let level = r.u8()?;
-                let addr = r.u64()?;
-                let len = r.u32()?;
-                let key = KeyRef::from_bytes(r.array()?);
-                Some((NodePtr { addr, len, key }, level))
-            }
-        };
+        let root = read_root(r)?;
         Ok(Body {
             cell_size,
             root,
@@ -174,9 +231,27 @@ pub fn open(
             },
             live_bytes: r.u64()?,
             committed_at: r.u64()?,
+            catalog: if header.version >= 3 {
+                read_ptr(r)?
+            } else {
+                None
+            },
+            key_scheme: if header.version >= 3 {
+                r.u8()?
+            } else {
+                KEY_SCHEME_PARENT_POINTER
+            },
+            scheme_state: if header.version >= 3 {
+                read_ptr(r)?
+            } else {
+                None
+            },
         })
     };
     let body = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock body: {e}")))?;
+    if body.key_scheme != KEY_SCHEME_PARENT_POINTER || body.scheme_state.is_some() {
+        return Err(Error::UnknownKeyScheme(body.key_scheme));
+    }
     if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {
         return Err(Error::Corrupt("superblock cell size".into()));
     }

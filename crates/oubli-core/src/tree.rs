@@ -21,6 +21,8 @@ const NODE_MIN: usize = NODE_MAX / 4;
 pub const KIND_OBJECT: u8 = 0;
 pub const KIND_CELL: u8 = 1;
 pub const KIND_NAMES: u8 = 2;
+/// The key share an object's data is placed under (format 3).
+pub const KIND_SHARE: u8 = 3;
 
 /// Position of an entry in the tree: (object id, kind, offset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -97,6 +99,8 @@ pub enum Value {
     Object(ObjectRecord),
     Cell(CellRef),
     Names(NameBucket),
+    /// The id of the share every cell of the object depends on.
+    Share(u32),
 }
 
 impl Value {
@@ -105,6 +109,7 @@ impl Value {
             Value::Object(_) => KIND_OBJECT,
             Value::Cell(_) => KIND_CELL,
             Value::Names(_) => KIND_NAMES,
+            Value::Share(_) => KIND_SHARE,
         }
     }
     fn approx_size(&self) -> usize {
@@ -112,6 +117,7 @@ impl Value {
             Value::Object(r) => 12 + r.meta.len(),
             Value::Cell(_) => 44,
             Value::Names(b) => 2 + b.entries.iter().map(|(n, _)| n.len() + 10).sum::<usize>(),
+            Value::Share(_) => 5,
         }
     }
 }
@@ -671,6 +677,7 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                             w.varint(*target);
                         }
                     }
+                    Value::Share(id) => w.varint(*id as u64),
                 }
                 debug_assert_eq!(v.kind(), k.kind);
                 prev = Some((*k, next_addr));
@@ -762,6 +769,9 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                         entries.push((name, r.varint()?));
                     }
                     Value::Names(NameBucket { entries })
+                }
+                KIND_SHARE => {
+                    Value::Share(u32::try_from(r.varint()?).map_err(|_| DecodeError("share id"))?)
                 }
                 _ => return Err(DecodeError("unknown entry kind")),
             };

@@ -77,6 +77,7 @@ pub(crate) fn describe_cell(oid: u64, cell: u64, c: &CellRef, cell_size: u32) ->
 }
 
 /// Reads, authenticates and decrypts one data cell.
+#[allow(clippy::too_many_arguments)] // the unit's identity (oid, cell, ref) and its keys, from two callers that share no context type
 pub(crate) fn open_cell_unit(
     medium: &dyn Medium,
     provider: &dyn CryptoProvider,
@@ -85,8 +86,13 @@ pub(crate) fn open_cell_unit(
     oid: u64,
     cell: u64,
     c: &CellRef,
+    share: Option<&SecretKey>,
 ) -> Result<PlainBuf> {
     let key = scheme.resolve(&c.key);
+    let key = match share {
+        Some(s) => crate::share::bind(provider, s, &key),
+        None => key,
+    };
     open_unit(
         medium,
         provider,

@@ -51,7 +51,25 @@ impl Adversary {
         keys: &[VaultRecord],
         provider: Arc<dyn CryptoProvider>,
     ) -> BTreeSet<Marker> {
-        let recovery = self.recover(keys, provider);
+        self.recovered_markers_with_shares(keys, &[], provider)
+    }
+
+    /// [`recovered_markers`](Self::recovered_markers) by an adversary who
+    /// also holds these share keys (`(share id, key)`).
+    pub fn recovered_markers_with_shares(
+        &self,
+        keys: &[VaultRecord],
+        shares: &[(u32, oubli_crypto::SecretKey)],
+        provider: Arc<dyn CryptoProvider>,
+    ) -> BTreeSet<Marker> {
+        let recovery = audit::recover_with_shares(
+            &self.superblocks,
+            self.medium.clone(),
+            keys,
+            shares,
+            provider,
+            Arc::new(ParentPointerScheme),
+        );
         let mut out = BTreeSet::new();
         for u in &recovery.units {
             marker::scan(&u.plaintext, &mut out);
@@ -77,4 +95,36 @@ impl Adversary {
         }
         out
     }
+}
+
+/// Both halves of the promise against everything `recording` ever held and
+/// the vault's whole content (its current key and anything older it still
+/// holds): no plaintext on the medium, nothing in `runner.erased` opens, and
+/// everything the model still holds — live or in a snapshot — does (the
+/// adversary is not blind).
+pub fn check_promise(
+    recording: &RecordingMedium<MemMedium>,
+    vault: &dyn oubli_core::Vault,
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) {
+    let adversary = Adversary::seize(recording);
+    assert!(
+        adversary.plaintext_markers().is_empty(),
+        "plaintext on the medium"
+    );
+    let held = vault.readable_records().expect("vault");
+    // Every share vault's content too: a destroyed share's key is random.
+    let recovered = adversary.recovered_markers_with_shares(&held, &runner.share_keys(), provider);
+    let leaked: Vec<_> = recovered.intersection(&runner.erased).take(5).collect();
+    assert!(
+        leaked.is_empty(),
+        "deleted data recovered after commit: {leaked:?}"
+    );
+    let live = runner.model.live_markers();
+    let missing: Vec<_> = live.difference(&recovered).take(5).collect();
+    assert!(
+        missing.is_empty(),
+        "the adversary failed to read data the store or a snapshot holds: {missing:?}"
+    );
 }

@@ -106,6 +106,7 @@ fn verify_after_crash(
         options.clone(),
     )
     .unwrap_or_else(|e| panic!("store does not reopen after a cut ({mode:?}): {e}"));
+    store.set_share_opener(runner.share_opener());
     if let (Some(acked), Some(in_flight)) = (runner.acked.diff(&store), runner.model.diff(&store)) {
         panic!(
             "after a cut ({mode:?}) the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
@@ -113,8 +114,11 @@ fn verify_after_crash(
     }
     // Everything the vault holds, not only its current record.
     let held = vault.readable_records().expect("vault");
+    // ...and every share vault's content.
+    let shares = runner.share_keys();
     for adversary in [Adversary::seize(stack.inner()), Adversary::seize(&crashed)] {
-        let recovered = adversary.recovered_markers(&held, options.provider.clone());
+        let recovered =
+            adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
         let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
         assert!(
             leaked.is_empty(),

@@ -4,16 +4,22 @@ use crate::marker::{self, Marker};
 use oubli_core::{Store, ROOT_DIR};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Objects by id, with their exact contents.
+/// Objects by id, with their exact contents; and the snapshots, each a
+/// copy of the objects as they were when it was taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Model {
     pub objects: BTreeMap<u64, Vec<u8>>,
+    pub snapshots: BTreeMap<String, BTreeMap<u64, Vec<u8>>>,
+    /// Objects whose key share was destroyed: listed, unreadable, erased.
+    pub destroyed: BTreeSet<u64>,
 }
 
 impl Default for Model {
     fn default() -> Self {
         Model {
             objects: [(ROOT_DIR, Vec::new())].into_iter().collect(),
+            snapshots: BTreeMap::new(),
+            destroyed: BTreeSet::new(),
         }
     }
 }
@@ -43,44 +49,88 @@ impl Model {
         }
     }
 
-    /// Every marker block still present in some object.
+    /// Every marker block still present in some object of the live store
+    /// or of a snapshot: none of these may be erased.
     pub fn live_markers(&self) -> BTreeSet<Marker> {
         let mut out = BTreeSet::new();
-        for data in self.objects.values() {
-            marker::scan(data, &mut out);
+        let snapshots = self.snapshots.values().flat_map(|s| s.iter());
+        for (oid, data) in self.objects.iter().chain(snapshots) {
+            if !self.destroyed.contains(oid) {
+                marker::scan(data, &mut out);
+            }
         }
         out
     }
 
-    /// Compares the store with the model; returns a description of the first difference.
+    /// Compares the store (and each of its snapshots) with the model;
+    /// returns a description of the first difference.
     pub fn diff(&self, store: &Store) -> Option<String> {
-        let objects = match store.objects() {
-            Ok(o) => o,
-            Err(e) => return Some(format!("listing objects failed: {e}")),
-        };
-        let ids: Vec<u64> = objects.iter().map(|(id, _)| *id).collect();
-        let want: Vec<u64> = self.objects.keys().copied().collect();
-        if ids != want {
-            return Some(format!("object ids differ: store {ids:?}, model {want:?}"));
+        if let Some(d) = diff_objects(&self.objects, &self.destroyed, store) {
+            return Some(d);
         }
-        for (oid, data) in &self.objects {
-            match store.read(*oid, 0, data.len() + 1) {
-                Ok(got) if &got == data => {}
-                Ok(got) => {
-                    let first = got
-                        .iter()
-                        .zip(data.iter())
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(got.len().min(data.len()));
-                    return Some(format!(
-                        "object {oid}: store has {} bytes, model {}; first difference at byte {first}",
-                        got.len(),
-                        data.len()
-                    ));
-                }
-                Err(e) => return Some(format!("object {oid}: read failed: {e}")),
+        let names: Vec<String> = store.snapshots().into_iter().map(|s| s.name).collect();
+        let want: Vec<String> = self.snapshots.keys().cloned().collect();
+        if names != want {
+            return Some(format!("snapshots differ: store {names:?}, model {want:?}"));
+        }
+        for (name, objects) in &self.snapshots {
+            let view = match store.snapshot(name) {
+                Ok(v) => v,
+                Err(e) => return Some(format!("snapshot {name}: {e}")),
+            };
+            if let Some(d) = diff_objects(objects, &self.destroyed, &view) {
+                return Some(format!("snapshot {name}: {d}"));
             }
         }
         None
     }
+}
+
+/// Compares the objects of `store` (the live store or a snapshot's view) with `model`.
+fn diff_objects(
+    model: &BTreeMap<u64, Vec<u8>>,
+    destroyed: &BTreeSet<u64>,
+    store: &Store,
+) -> Option<String> {
+    let objects = match store.objects() {
+        Ok(o) => o,
+        Err(e) => return Some(format!("listing objects failed: {e}")),
+    };
+    let ids: Vec<u64> = objects.iter().map(|(id, _)| *id).collect();
+    let want: Vec<u64> = model.keys().copied().collect();
+    if ids != want {
+        return Some(format!("object ids differ: store {ids:?}, model {want:?}"));
+    }
+    for (oid, data) in model {
+        if destroyed.contains(oid) {
+            match store.read(*oid, 0, data.len() + 1) {
+                Err(oubli_core::Error::ShareDestroyed(_)) => continue,
+                // An object with no cells reads without its share's key.
+                Ok(got) if data.iter().all(|&b| b == 0) && got.iter().all(|&b| b == 0) => continue,
+                other => {
+                    return Some(format!(
+                        "object {oid} is under a destroyed share, yet reads {:?}",
+                        other.map(|d| d.len())
+                    ))
+                }
+            }
+        }
+        match store.read(*oid, 0, data.len() + 1) {
+            Ok(got) if &got == data => {}
+            Ok(got) => {
+                let first = got
+                    .iter()
+                    .zip(data.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(got.len().min(data.len()));
+                return Some(format!(
+                    "object {oid}: store has {} bytes, model {}; first difference at byte {first}",
+                    got.len(),
+                    data.len()
+                ));
+            }
+            Err(e) => return Some(format!("object {oid}: read failed: {e}")),
+        }
+    }
+    None
 }

@@ -6,17 +6,42 @@ use oubli_testkit::workload::{Step, Workload};
 
 #[test]
 fn every_cut_point_reopens_with_acked_writes_and_without_committed_deletions() {
-    sweep(21, 240, 48 * 1024);
+    sweep(21, Workload::generate(21, 240, 48 * 1024, 20));
 }
 
 /// Larger objects: segments rotate and the cleaner moves live cells.
 #[test]
 fn every_cut_point_with_segment_rotation_and_cleaning() {
-    sweep(22, 220, 160 * 1024);
+    sweep(22, Workload::generate(22, 220, 160 * 1024, 20));
 }
 
-fn sweep(seed: u64, steps: usize, max_size: u64) {
-    let workload = Workload::generate(seed, steps, max_size, 20);
+/// Snapshots taken, removed and redacted among the other steps: every cut
+/// reopens with the acknowledged store *and* snapshots, and nothing that
+/// only a snapshot removed before the last commit held opens.
+#[test]
+fn every_cut_point_with_snapshots_taken_removed_and_redacted() {
+    let workload = Workload::with_snapshots(26, 260, 48 * 1024, 20);
+    assert!(workload.count(|s| *s == Step::SnapshotCreate) >= 5);
+    assert!(workload.count(|s| matches!(s, Step::SnapshotRemove { .. })) >= 2);
+    assert!(workload.count(|s| matches!(s, Step::Redact { .. })) >= 2);
+    sweep(26, workload);
+}
+
+/// Key shares created, objects placed under them and shares destroyed
+/// among snapshots and the rest: every cut reopens with the acknowledged
+/// state (a destroyed share's objects unreadable), and nothing committed
+/// as deleted — nor anything under a destroyed share — opens for an
+/// adversary who also holds every share vault's content.
+#[test]
+fn every_cut_point_with_key_shares() {
+    let workload = Workload::with_shares(43, 300, 48 * 1024, 20);
+    assert!(workload.count(|s| *s == Step::ShareCreate) >= 3);
+    assert!(workload.count(|s| matches!(s, Step::CreateShared { .. })) >= 10);
+    assert!(workload.count(|s| matches!(s, Step::ShareDestroy { .. })) >= 2);
+    sweep(43, workload);
+}
+
+fn sweep(seed: u64, workload: Workload) {
     assert!(workload.steps.len() >= 200);
     assert!(workload.count(|s| matches!(s, Step::Commit | Step::Gc)) >= 5);
     assert!(workload.count(|s| matches!(s, Step::Delete { .. })) >= 10);

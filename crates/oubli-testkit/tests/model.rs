@@ -1,4 +1,4 @@
-//! Property test: random operations, clean reopens and crashes, always compared with the reference model.
+//! Property test: random operations (snapshots and redactions among them), clean reopens and crashes, always compared with the reference model.
 
 use oubli_core::{Medium, Store};
 use oubli_media::{MemMedium, TearMode};
@@ -27,6 +27,12 @@ fn action() -> impl Strategy<Value = Action> {
         1 => any::<u32>().prop_map(|pick| Action::Do(Step::Delete { pick })),
         2 => Just(Action::Do(Step::Flush)),
         1 => Just(Action::Do(Step::Commit)),
+        1 => Just(Action::Do(Step::SnapshotCreate)),
+        1 => any::<u32>().prop_map(|pick| Action::Do(Step::SnapshotRemove { pick })),
+        1 => any::<u32>().prop_map(|pick| Action::Do(Step::Redact { pick })),
+        1 => Just(Action::Do(Step::ShareCreate)),
+        2 => any::<u32>().prop_map(|pick| Action::Do(Step::CreateShared { pick })),
+        1 => any::<u32>().prop_map(|pick| Action::Do(Step::ShareDestroy { pick })),
         1 => Just(Action::Reopen),
         1 => Just(Action::Crash),
     ]
@@ -49,10 +55,12 @@ proptest! {
                     drop(store.take());
                     runner.acked = runner.model.clone();
                     store = Some(Store::open(medium.clone() as Arc<dyn Medium>, vault.clone(), options.clone()).unwrap());
+                    store.as_ref().unwrap().set_share_opener(runner.share_opener());
                 }
                 Action::Crash => {
                     let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, seed));
                     let reopened = Store::open(crashed.clone() as Arc<dyn Medium>, vault.clone(), options.clone()).unwrap();
+                    reopened.set_share_opener(runner.share_opener());
                     // The old handle is abandoned; its drop-time flush goes to the dead medium.
                     drop(store.replace(reopened));
                     medium = crashed;

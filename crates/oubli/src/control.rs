@@ -10,6 +10,9 @@
 //! | `purge`  | `ok <epoch>` after committing (every deletion so far becomes unrecoverable) |
 //! | `flush`  | `ok` after making every write durable |
 //! | `status` | `ok <json>`: the same object `oubli status --json` prints |
+//! | `snapshot-ls` | `ok <json>`: the array `oubli snapshot ls --json` prints |
+//! | `snapshot-create <expires-at or -> <name>` | `ok <epoch>` once the snapshot is durable |
+//! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
 //!
 //! Errors are `err <message>`. Only the owner of the store can connect.
 
@@ -101,7 +104,7 @@ fn serve(conn: UnixStream, store: &Store, status: &StatusRenderer) -> io::Result
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
-    reader.by_ref().take(256).read_line(&mut line)?;
+    reader.by_ref().take(1024).read_line(&mut line)?;
     let reply = match line.trim() {
         "purge" | "commit" => match store.purge() {
             Ok(()) => format!("ok {}", store.epoch()),
@@ -115,11 +118,40 @@ fn serve(conn: UnixStream, store: &Store, status: &StatusRenderer) -> io::Result
             Ok(json) => format!("ok {json}"),
             Err(e) => format!("err {e}"),
         },
-        other => format!("err unknown request {other:?}"),
+        "snapshot-ls" => match crate::report::snapshot_reports(store) {
+            Ok(list) => format!("ok {}", serde_json::to_string(&list).expect("plain data")),
+            Err(e) => format!("err {e}"),
+        },
+        other => match snapshot_request(store, other) {
+            Some(Ok(())) => format!("ok {}", store.epoch()),
+            Some(Err(e)) => format!("err {e}"),
+            None => format!("err unknown request {other:?}"),
+        },
     };
     let mut conn = conn;
     conn.write_all(reply.replace('\n', " ").as_bytes())?;
     conn.write_all(b"\n")
+}
+
+/// `snapshot-create` and `snapshot-rm`; `None` for any other request.
+fn snapshot_request(store: &Store, line: &str) -> Option<oubli_core::Result<()>> {
+    let (verb, rest) = line.split_once(' ')?;
+    let (arg, name) = rest.split_once(' ')?;
+    Some(match (verb, arg) {
+        ("snapshot-create", "-") => store.snapshot_create(name, None).map(|_| ()),
+        ("snapshot-create", at) => match at.parse() {
+            Ok(at) => store.snapshot_create(name, Some(at)).map(|_| ()),
+            Err(_) => Err(oubli_core::Error::Invalid(format!("expiry {at:?}"))),
+        },
+        ("snapshot-rm", purge @ ("purge" | "keep")) => store.snapshot_remove(name).and_then(|()| {
+            if purge == "purge" {
+                store.purge()
+            } else {
+                Ok(())
+            }
+        }),
+        _ => return None,
+    })
 }
 
 /// The reply of a live process, or `None` if no process holds the store open.

@@ -48,13 +48,15 @@ pub fn exit_code(error: &Error) -> i32 {
         | Error::VaultBehind { .. }
         | Error::VaultStateUnknown(_)
         | Error::ErasureIncomplete { .. }
-        | Error::WritesRefused(_) => VAULT,
+        | Error::WritesRefused(_)
+        | Error::ShareUnavailable { .. }
+        | Error::ShareDestroyed(_) => VAULT,
         Error::NotInitialized(_) => NO_STORE,
         Error::AlreadyInitialized(_) | Error::Exists(_) => EXISTS,
         Error::Rollback { .. } | Error::Corrupt(_) | Error::LogDamaged(_) => INTEGRITY,
-        Error::NoName(_) | Error::NoObject(_) => NO_NAME,
+        Error::NoName(_) | Error::NoObject(_) | Error::NoSnapshot(_) | Error::NoShare(_) => NO_NAME,
         Error::Invalid(_) => USAGE,
-        Error::Version(_) | Error::ReadOnly => UNEXPECTED,
+        Error::Version(_) | Error::UnknownKeyScheme(_) | Error::ReadOnly => UNEXPECTED,
     }
 }
 

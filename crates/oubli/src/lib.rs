@@ -83,8 +83,9 @@
 pub use oubli_core::audit;
 pub use oubli_core::{
     name_hash, AuditReport, CreateOptions, EpochPolicy, Error, FsckReport, GcReport, Medium,
-    ObjectRecord, Options, Overhead, Recovered, Recovery, Result, SegmentId, Slot, Status, Store,
-    StoreId, Vault, VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR,
+    ObjectRecord, Options, Overhead, Recovered, Recovery, Result, SegmentId, ShareInfo,
+    ShareOpener, ShareRecord, Slot, SnapshotInfo, SnapshotUsage, Status, Store, StoreId, Vault,
+    VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR,
 };
 pub use oubli_crypto::{
     CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretBytes, SecretKey,
@@ -107,6 +108,7 @@ pub mod control;
 pub mod exit;
 pub mod orphans;
 pub mod report;
+pub mod retention;
 pub use exit::exit_code;
 
 use std::io;

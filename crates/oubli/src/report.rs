@@ -38,6 +38,9 @@ pub struct StatusReport {
     /// Why the vault could not destroy them (retried at every commit and open).
     #[serde(default)]
     pub vault_leftover_error: Option<String>,
+    /// Snapshots the store keeps: what they hold is not erased by `rm`.
+    #[serde(default)]
+    pub snapshots: usize,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -119,6 +122,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         last_commit_error: s.last_commit_error,
         vault_leftover_epochs: s.vault_leftover_epochs,
         vault_leftover_error: s.vault_leftover_error,
+        snapshots: s.snapshots,
         live,
         wear: None,
     })
@@ -131,4 +135,37 @@ pub fn control_status(store_path: PathBuf) -> Arc<crate::control::StatusRenderer
             .map_err(|e| e.to_string())
             .map(|r| serde_json::to_string(&r).expect("plain data"))
     })
+}
+
+/// One snapshot as `oubli snapshot ls --json` prints it and the control
+/// socket answers `snapshot-ls`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotReport {
+    pub name: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    pub epoch: u64,
+    pub expires_at: Option<u64>,
+    /// Sealed bytes only this snapshot reaches: what removing it erases and frees.
+    pub unique_bytes: u64,
+    /// Sealed bytes it shares with the live store or other snapshots.
+    pub shared_bytes: u64,
+}
+
+/// Every snapshot of `store` with the space it holds.
+pub fn snapshot_reports(store: &Store) -> Result<Vec<SnapshotReport>, Error> {
+    let usage = store.snapshot_usage()?;
+    Ok(store
+        .snapshots()
+        .into_iter()
+        .zip(usage)
+        .map(|(s, u)| SnapshotReport {
+            name: s.name,
+            created_at: s.created_at,
+            epoch: s.epoch,
+            expires_at: s.expires_at,
+            unique_bytes: u.unique_bytes,
+            shared_bytes: u.shared_bytes,
+        })
+        .collect())
 }

@@ -577,6 +577,26 @@ fn commit_and_status_reach_a_live_process_through_the_control_socket() {
         before["epoch"].as_u64().unwrap() + 1
     );
     assert_eq!(store.audit().unwrap().pending_units, 0);
+    // Snapshots too: created, listed and removed by the live process.
+    env.cmd()
+        .args(["snapshot", "create", "--expire", "1h", "live-1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("by the process holding the store"));
+    assert_eq!(store.snapshots()[0].name, "live-1");
+    let list = env.json(&["snapshot", "ls", "--json"]);
+    assert_eq!(list[0]["name"], "live-1", "{list}");
+    env.cmd()
+        .args(["snapshot", "rm", "--purge", "live-1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("by the process holding the store"));
+    assert!(store.snapshots().is_empty());
+    env.cmd()
+        .args(["snapshot", "rm", "live-1"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no such snapshot"));
 }
 
 /// Issue 9 item 10: every `oubli` process is undumpable with no core limit,
@@ -745,4 +765,292 @@ fn fsck_reports_orphans_and_gc_erases_them() {
         .success()
         .stdout(predicate::str::contains("nothing deleted can be recovered"));
     assert_eq!(env.get("named"), b"reachable by its name");
+}
+
+/// Issue 10: `snapshot create|ls|rm`, `get`/`ls --snapshot`, `rm` that
+/// says what snapshots keep, `rm --all-snapshots` that erases a file from
+/// every version (the audit finds none of it), and the exit codes.
+#[test]
+fn snapshots_keep_versions_and_rm_all_snapshots_erases_one_file_from_all() {
+    let env = Env::new();
+    let (old, new, other) = (noise(70_000, 21), noise(50_000, 22), noise(40_000, 23));
+    env.put("report", &old);
+    env.put("other", &other);
+    env.cmd()
+        .args(["snapshot", "create", "monday", "--expire", "30d"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("created snapshot monday"));
+    env.put("report", &new);
+    env.cmd()
+        .args(["snapshot", "create", "tuesday"])
+        .assert()
+        .success();
+    // Each version reads back; the live store has the newest.
+    let get_at = |snap: &str, name: &str| {
+        env.cmd()
+            .args(["get", "--snapshot", snap, name, "-"])
+            .output()
+            .unwrap()
+    };
+    assert_eq!(get_at("monday", "report").stdout, old);
+    assert_eq!(get_at("tuesday", "report").stdout, new);
+    assert_eq!(env.get("report"), new);
+    env.cmd()
+        .args(["ls", "--snapshot", "monday"])
+        .assert()
+        .success()
+        .stdout("other\nreport\n");
+    let list = env.json(&["snapshot", "ls", "--json"]);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["name"], "monday");
+    assert!(list[0]["expires_at"].as_u64().is_some());
+    // Monday alone holds the old report.
+    assert!(
+        list[0]["unique_bytes"].as_u64().unwrap() >= 70_000,
+        "{list:?}"
+    );
+    assert!(
+        list[1]["shared_bytes"].as_u64().unwrap() >= 90_000,
+        "{list:?}"
+    );
+    env.cmd()
+        .args(["snapshot", "ls"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("UNIQUE").and(predicate::str::contains("tuesday")));
+
+    // A plain rm says which snapshots keep the data.
+    env.cmd()
+        .args(["rm", "other"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "except from 2 snapshot(s) that hold it (monday, tuesday)",
+        ));
+    assert_eq!(get_at("monday", "other").stdout, other);
+
+    // Erased from every version: the live store and both snapshots.
+    env.cmd()
+        .args(["rm", "--all-snapshots", "--purge", "report"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("from the store and 2 snapshot(s)"));
+    for snap in ["monday", "tuesday"] {
+        assert_eq!(get_at(snap, "report").status.code(), Some(3));
+        assert_eq!(get_at(snap, "other").stdout, other);
+    }
+    let verdict = env.json(&["audit", "--json"]);
+    assert_eq!(verdict["verdict"], "ok", "{verdict}");
+    assert_eq!(
+        env.json(&["fsck", "--json"])["problems"],
+        serde_json::json!([])
+    );
+
+    // Removing a snapshot; errors.
+    env.cmd()
+        .args(["snapshot", "rm", "--purge", "monday"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("now unrecoverable"));
+    env.cmd()
+        .args(["snapshot", "rm", "monday"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("no such snapshot: monday"));
+    env.cmd()
+        .args(["snapshot", "create", "tuesday"])
+        .assert()
+        .code(4);
+    env.cmd()
+        .args(["snapshot", "create", "a@b"])
+        .assert()
+        .code(2);
+    env.cmd()
+        .args(["snapshot", "create", "x", "--expire", "soon"])
+        .assert()
+        .code(2);
+    assert_eq!(env.json(&["status", "--json"])["snapshots"], 1);
+}
+
+/// The data of a removed snapshot is not recoverable by the audit (which
+/// plays the adversary with every copy of the store directory it is
+/// given), while an old vault copy proves the test could fail.
+#[test]
+fn a_removed_snapshot_opens_nothing_even_from_an_old_copy() {
+    let env = Env::new();
+    env.put("ledger", &noise(80_000, 31));
+    env.cmd()
+        .args(["snapshot", "create", "q1"])
+        .assert()
+        .success();
+    env.cmd().args(["rm", "ledger"]).assert().success();
+    env.cmd().arg("commit").assert().success();
+    // The snapshot still holds it: live, not leaked.
+    let held = env.json(&["audit", "--json"]);
+    assert_eq!(held["verdict"], "ok", "{held}");
+    let copy = env.path("store-copy");
+    copy_dir(&env.store, &copy);
+    let vault_copy = env.path("vault-copy");
+    fs::copy(&env.vault, &vault_copy).unwrap();
+    env.cmd()
+        .args(["snapshot", "rm", "--purge", "q1"])
+        .assert()
+        .success();
+    let copy_arg = copy.display().to_string();
+    let verdict = env.json(&["audit", "--json", "--with-copy", &copy_arg]);
+    assert_eq!(verdict["verdict"], "ok", "{verdict}");
+    let vault_arg = vault_copy.display().to_string();
+    let control = env
+        .cmd()
+        .args([
+            "audit",
+            "--with-copy",
+            &copy_arg,
+            "--with-vault-copy",
+            &vault_arg,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(control.status.code(), Some(10), "{control:?}");
+}
+
+/// Issue 10: a store written by format 2 (before snapshots; made by the
+/// previous release and checked in) opens, reads, and takes a snapshot,
+/// which upgrades its superblock to format 3.
+#[test]
+fn a_format_2_store_opens_and_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/format-v2");
+    copy_dir(&fixture.join("store"), &dir.path().join("store"));
+    fs::copy(fixture.join("vault"), dir.path().join("vault")).unwrap();
+    let cmd = || {
+        let mut cmd = Command::cargo_bin("oubli").unwrap();
+        cmd.env_clear()
+            .env("HOME", dir.path())
+            .env("OUBLI_STORE", dir.path().join("store"))
+            .env("OUBLI_VAULT", dir.path().join("vault"))
+            .env("OUBLI_PASSWORD", "fixture-password");
+        cmd
+    };
+    let version = |slot: &str| {
+        let b = fs::read(dir.path().join("store").join(slot)).unwrap();
+        u16::from_le_bytes([b[8], b[9]])
+    };
+    assert_eq!(version("super.a").max(version("super.b")), 2);
+    cmd()
+        .args(["get", "hello", "-"])
+        .assert()
+        .success()
+        .stdout("made by format 2\n");
+    cmd().args(["ls"]).assert().success().stdout("hello\n");
+    cmd()
+        .args(["snapshot", "create", "first"])
+        .assert()
+        .success();
+    cmd().arg("commit").assert().success();
+    assert_eq!(version("super.a").max(version("super.b")), 3);
+    cmd()
+        .args(["get", "--snapshot", "first", "hello", "-"])
+        .assert()
+        .success()
+        .stdout("made by format 2\n");
+    assert_eq!(
+        cmd().args(["audit"]).output().unwrap().status.code(),
+        Some(0)
+    );
+}
+
+/// Issue 10: key shares from the command line: data put under a share
+/// reads while its vault is there; `share destroy` makes it unreadable
+/// (exit 6, naming the share) in the store and in a snapshot, leaving the
+/// rest intact; an unreachable share vault fails only that data.
+#[test]
+fn shares_put_read_destroy() {
+    let env = Env::new();
+    let share_vault = env.path("tenant.vault");
+    let share_vault_arg = share_vault.display().to_string();
+    env.cmd()
+        .args([
+            "share",
+            "create",
+            "tenant",
+            "--share-vault",
+            &share_vault_arg,
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("created share tenant"));
+    assert!(share_vault.is_file());
+    env.cmd()
+        .args([
+            "share",
+            "create",
+            "tenant",
+            "--share-vault",
+            &share_vault_arg,
+        ])
+        .assert()
+        .code(4);
+    let (secret, public) = (noise(90_000, 41), noise(30_000, 42));
+    let src = env.path("secret.src");
+    fs::write(&src, &secret).unwrap();
+    env.cmd()
+        .args(["put", "--share", "tenant", "dossier"])
+        .arg(&src)
+        .assert()
+        .success();
+    env.cmd()
+        .args(["put", "--share", "nobody", "x"])
+        .arg(&src)
+        .assert()
+        .code(3);
+    env.put("public", &public);
+    assert_eq!(env.get("dossier"), secret);
+    env.cmd()
+        .args(["snapshot", "create", "s"])
+        .assert()
+        .success();
+    let list = env.json(&["share", "ls", "--json"]);
+    assert_eq!(list[0]["name"], "tenant", "{list}");
+    assert!(list[0]["destroyed_at"].is_null());
+
+    // The share vault is away: only the dossier fails, naming the share.
+    let away = env.path("tenant.vault.away");
+    fs::rename(&share_vault, &away).unwrap();
+    env.cmd()
+        .args(["get", "dossier", "-"])
+        .assert()
+        .code(6)
+        .stdout("")
+        .stderr(predicate::str::contains("key share tenant"));
+    assert_eq!(env.get("public"), public);
+    fs::rename(&away, &share_vault).unwrap();
+    assert_eq!(env.get("dossier"), secret);
+
+    env.cmd()
+        .args(["share", "destroy", "tenant"])
+        .assert()
+        .code(2);
+    env.cmd()
+        .args(["share", "destroy", "--yes", "tenant"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("destroyed share tenant"));
+    for args in [
+        &["get", "dossier", "-"][..],
+        &["get", "--snapshot", "s", "dossier", "-"][..],
+    ] {
+        env.cmd()
+            .args(args)
+            .assert()
+            .code(6)
+            .stdout("")
+            .stderr(predicate::str::contains("which was destroyed"));
+    }
+    assert_eq!(env.get("public"), public);
+    assert!(env.json(&["share", "ls", "--json"])[0]["destroyed_at"].is_u64());
+    let verdict = env.json(&["audit", "--json"]);
+    assert_eq!(verdict["verdict"], "ok", "{verdict}");
 }

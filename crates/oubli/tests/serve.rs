@@ -128,13 +128,12 @@ impl Drop for Serving {
     }
 }
 
-/// `oubli init` with a fast KDF.
-fn init(dir: &Path) {
-    assert!(
-        output(oubli(dir).args(["init", "--kdf-memory", "8", "--kdf-iterations", "1"]))
-            .status
-            .success()
-    );
+/// A temporary directory with a store (and its vault) made by `oubli init`.
+fn init() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let o = output(oubli(d.path()).args(["init", "--kdf-memory", "8", "--kdf-iterations", "1"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    d
 }
 
 fn uri(dir: &Path) -> String {
@@ -146,9 +145,8 @@ fn serve_commits_on_policy_signal_and_exit() {
     if !tool("qemu-io", "qemu-utils") || !tool("nbdinfo", "libnbd-bin") {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
+    let d = init();
     let dir = d.path();
-    init(dir);
 
     // Usage errors: no endpoint; a new export without a size.
     let o = output(oubli(dir).args(["serve", "--export", "disk"]));
@@ -213,45 +211,80 @@ fn serve_commits_on_policy_signal_and_exit() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"pending_deletions\": 0"));
 }
 
-/// Issue 9 item 8: plain NBD over TCP only on a loopback address and only
-/// when asked for with --tls=off (exit 2 and advice otherwise); a client
-/// may open and list only the export `serve` was asked to serve.
+/// The TCP address `oubli serve` logged it listens on.
+fn tcp_port(s: &Serving) -> u16 {
+    let mut port = None;
+    wait_for("the TCP listener in the log", || {
+        port = s.log().lines().find_map(|l| {
+            let rest = l.split("listening on tcp:").nth(1)?;
+            let addr = rest.split_whitespace().next()?;
+            addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
+        });
+        port.is_some()
+    });
+    port.unwrap()
+}
+
+/// `--listen` needs TLS with client certificates, or an explicit `--tls=off`
+/// on a loopback address; a client reaches only the export served.
 #[test]
-fn tcp_needs_loopback_and_explicit_tls_off_and_only_the_served_export_is_visible() {
-    if !tool("nbdinfo", "libnbd-bin") {
+fn serve_on_tcp_needs_tls_or_loopback() {
+    if !tool("nbdinfo", "libnbd-bin") || !tool("certtool", "gnutls-bin") {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
+    let d = init();
     let dir = d.path();
-    init(dir);
-    let serve = |args: &[&str]| {
-        output(
+    let certs = dir.join("certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
+    assert!(output(Command::new(script).arg(&certs)).status.success());
+    let server_certs = certs.join("server").display().to_string();
+    let client_certs = certs.join("client").display().to_string();
+
+    // Refused, exit 2, before any password is asked for.
+    for (args, says) in [
+        (&["--listen", "127.0.0.1:0"][..], "certtool"),
+        (&["--listen", "0.0.0.0:0", "--tls=off"][..], "loopback"),
+        (
+            &[
+                "--listen",
+                "0.0.0.0:0",
+                "--tls=on",
+                "--tls-certificates",
+                &server_certs,
+            ][..],
+            "127.0.0.1",
+        ),
+        (
+            &["--socket", "/nonexistent/x.sock", "--tls=require"][..],
+            "--tls-certificates",
+        ),
+        (
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-certificates",
+                "/nonexistent",
+            ][..],
+            "ca-cert.pem",
+        ),
+    ] {
+        let o = output(
             oubli(dir)
                 .args(["serve", "--export", "disk", "--size", "1M"])
-                .args(args),
-        )
-    };
-    for args in [
-        &["--listen", "127.0.0.1:0"][..],
-        &["--listen", "0.0.0.0:0", "--tls=off"][..],
-        &["--listen", "[::]:0", "--tls=off"][..],
-    ] {
-        let o = serve(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
+                .args(args)
+                .env_remove("OUBLI_PASSWORD"),
+        );
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("--socket") && err.contains("ssh -L"), "{err}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
-    // A second export in the same store, made by an earlier serve.
-    let other = Serving::start(dir, &["--export", "other", "--size", "1M"]);
-    assert!(other.stop().0);
-    // Loopback with --tls=off is served; `other` is neither listed nor opened.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let serving = Serving::start(
+
+    // Another export in the store, not to be reached through the next server.
+    let s = Serving::start(dir, &["--export", "other", "--size", "1M"]);
+    assert!(s.stop().0);
+
+    // Plain TCP on loopback when asked.
+    let s = Serving::start(
         dir,
         &[
             "--export",
@@ -259,29 +292,156 @@ fn tcp_needs_loopback_and_explicit_tls_off_and_only_the_served_export_is_visible
             "--size",
             "1M",
             "--listen",
-            &listen,
+            "127.0.0.1:0",
             "--tls=off",
         ],
     );
-    let info = output(Command::new("nbdinfo").arg(format!("nbd://127.0.0.1:{port}/disk")));
-    assert!(
-        info.status.success(),
-        "{}",
-        String::from_utf8_lossy(&info.stderr)
+    let port = tcp_port(&s);
+    let o = output(
+        Command::new("nbdinfo")
+            .arg("--size")
+            .arg(format!("nbd://127.0.0.1:{port}/disk")),
     );
-    let list = output(Command::new("nbdinfo").arg("--list").arg(uri(dir)));
-    let listed = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        listed.contains("disk") && !listed.contains("other"),
-        "{listed}"
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1048576");
+    let o = output(
+        Command::new("nbdinfo")
+            .arg("--size")
+            .arg(format!("nbd://127.0.0.1:{port}/other")),
     );
-    let hidden = output(Command::new("nbdinfo").arg(format!(
-        "nbd+unix:///other?socket={}",
-        dir.join("nbd.sock").display()
+    assert!(!o.status.success(), "the other export was reachable");
+    assert!(s.stop().0);
+
+    // TLS with client certificates (required by default with --tls-certificates).
+    let s = Serving::start(
+        dir,
+        &[
+            "--export",
+            "disk",
+            "--listen",
+            "localhost:0",
+            "--tls-certificates",
+            &server_certs,
+        ],
+    );
+    let port = tcp_port(&s);
+    let o = output(Command::new("nbdinfo").arg("--size").arg(format!(
+        "nbds://localhost:{port}/disk?tls-certificates={client_certs}"
     )));
-    assert!(
-        !hidden.status.success(),
-        "a client opened an export not served"
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "1048576",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
-    assert!(serving.stop().0);
+    let o = output(
+        Command::new("nbdinfo")
+            .arg("--size")
+            .arg(format!("nbd://localhost:{port}/disk")),
+    );
+    assert!(!o.status.success(), "a plain client got in");
+    // The Unix socket stays plain (file permissions guard it) unless --tls is given.
+    let o = output(Command::new("nbdinfo").arg("--size").arg(uri(dir)));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = output(Command::new("nbdinfo").arg("--list").arg(uri(dir)));
+    let list = String::from_utf8_lossy(&o.stdout);
+    assert!(list.contains("disk") && !list.contains("other"), "{list}");
+    assert!(s.stop().0);
+}
+
+/// Issue 10: `--export NAME@SNAP` serves the export as it was in a
+/// snapshot, read-only, while the live export has changed; automatic
+/// snapshots (`--snapshot-every`, `--snapshot-keep`) are taken and the
+/// oldest dropped by the running server.
+#[test]
+fn serve_a_snapshot_read_only_and_take_automatic_snapshots() {
+    if !tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let d = init();
+    let dir = d.path();
+    let qemu_io = |commands: &[&str]| {
+        let mut cmd = Command::new("qemu-io");
+        // A read-only export is opened read-only (a read-write open is refused).
+        if commands.iter().all(|c| c.starts_with("read")) {
+            cmd.arg("-r");
+        }
+        cmd.args(["-f", "raw"]).arg(uri(dir));
+        for c in commands {
+            cmd.args(["-c", c]);
+        }
+        output(&mut cmd)
+    };
+    let s = Serving::start(dir, &["--export", "disk", "--size", "1M"]);
+    assert!(qemu_io(&["write -P 0x11 0 256k"]).status.success());
+    // A snapshot through the control socket of the running server.
+    let o = output(oubli(dir).args(["snapshot", "create", "before"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(qemu_io(&["write -P 0x22 0 256k"]).status.success());
+    assert!(s.stop().0);
+
+    // `--size` cannot go with a snapshot.
+    let o = output(
+        oubli(dir)
+            .args([
+                "serve",
+                "--export",
+                "disk@before",
+                "--size",
+                "2M",
+                "--socket",
+            ])
+            .arg(dir.join("x.sock")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let s = Serving::start(dir, &["--export", "disk@before"]);
+    wait_for("the serving line", || {
+        s.log().contains("as of snapshot before, read-only")
+    });
+    let o = qemu_io(&["read -P 0x11 0 256k"]);
+    assert!(
+        o.status.success(),
+        "{}{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+        s.log()
+    );
+    let o = qemu_io(&["write -P 0x33 0 4k"]);
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() || said.contains("failed"),
+        "a write to a snapshot export went through: {said}"
+    );
+    assert!(s.stop().0);
+    // The live export kept the newer data; the snapshot the older.
+    let s = Serving::start(dir, &["--export", "disk"]);
+    assert!(qemu_io(&["read -P 0x22 0 256k"]).status.success());
+    assert!(s.stop().0);
+
+    // Automatic snapshots every second, at most two kept.
+    let s = Serving::start(
+        dir,
+        &[
+            "--export",
+            "disk",
+            "--snapshot-every",
+            "1s",
+            "--snapshot-keep",
+            "2",
+        ],
+    );
+    wait_for("automatic snapshots dropped", || {
+        s.log().contains("beyond --snapshot-keep")
+    });
+    assert!(s.stop().0);
+    let o = output(oubli(dir).args(["snapshot", "ls", "--json"]));
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let auto = names.iter().filter(|n| n.starts_with("auto-")).count();
+    assert!(names.contains(&"before"), "{names:?}");
+    assert!((1..=2).contains(&auto), "{names:?}");
 }

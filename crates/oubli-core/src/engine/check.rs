@@ -1,7 +1,7 @@
 //! Looking at a store: status, fsck, the audit (the adversary against this store) and key-tree overhead.
 
 use super::*;
-use crate::audit::{AuditReport, Source};
+use crate::audit::AuditReport;
 
 /// A snapshot of the store's state for `oubli status`.
 #[derive(Debug, Clone)]
@@ -36,6 +36,8 @@ pub struct Status {
     pub vault_leftover_epochs: Vec<u64>,
     /// Why the vault could not destroy them.
     pub vault_leftover_error: Option<String>,
+    /// Snapshots kept: deletions in the live store do not erase what they hold.
+    pub snapshots: usize,
     pub medium: String,
 }
 
@@ -116,17 +118,20 @@ impl Store {
         old_keys: &[VaultRecord],
     ) -> Result<AuditReport> {
         let e = self.lock();
+        // Live: what the live tree or a snapshot still holds.
         let mut live: Vec<[u8; 32]> = Vec::new();
-        e.tree.walk(&e.ctx, &mut |_, node| {
-            if let Node::Leaf(entries) = node {
-                for (_, v) in entries {
-                    if let Value::Cell(c) = v {
-                        live.push(*c.key.expose());
+        for tree in e.roots() {
+            tree.walk(&e.ctx, &mut |_, node| {
+                if let Node::Leaf(entries) = node {
+                    for (_, v) in entries {
+                        if let Value::Cell(c) = v {
+                            live.push(*c.key.expose());
+                        }
                     }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
+        }
         let mut live = Zeroizing::new(live);
         live.sort_unstable();
         // The adversary reads the vault's whole content: any older key a
@@ -150,17 +155,25 @@ impl Store {
                     superblocks.push(b);
                 }
             }
-            let recovery = crate::audit::recover(
+            // The shares this process holds open: their data is live, not lost.
+            let share_keys: Vec<(u32, SecretKey)> = e
+                .share_keys
+                .borrow()
+                .iter()
+                .map(|(id, k)| (*id, k.clone()))
+                .collect();
+            let recovery = crate::audit::recover_with_shares(
                 &superblocks,
                 medium,
                 &keys,
+                &share_keys,
                 e.ctx.provider.clone(),
                 e.ctx.scheme.clone(),
             );
             epochs.extend(recovery.epochs_opened.iter().copied());
             report.unreadable_units += recovery.failures;
             for u in &recovery.units {
-                let (Source::Tree(epoch) | Source::Log(epoch)) = u.source;
+                let epoch = u.source.epoch();
                 opened.push((*u.key.expose(), epoch));
             }
         }
@@ -243,51 +256,72 @@ impl Engine {
                 .map(|l| l.epochs.clone())
                 .unwrap_or_default(),
             vault_leftover_error: self.vault_leftover.as_ref().map(|l| l.why.clone()),
+            snapshots: self.snapshots.len(),
             medium: medium.describe(),
         })
     }
 
     pub(super) fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
         let mut report = FsckReport::default();
-        let mut cells = Vec::new();
-        let mut sizes = HashMap::new();
-        self.tree.walk(&self.ctx, &mut |ptr, node| {
-            report.nodes += 1;
-            if let Some(p) = ptr {
-                report.bytes_checked += p.len as u64;
-            }
-            if let Node::Leaf(entries) = node {
-                for (k, v) in entries {
-                    match v {
-                        Value::Object(r) => {
-                            report.objects += 1;
-                            sizes.insert(k.oid, r.size);
+        // Units shared by several roots (the live tree, snapshots) are read once.
+        let mut seen = HashSet::new();
+        let names = std::iter::once(String::new()).chain(self.snapshots.keys().cloned());
+        for (tree, snapshot) in self.roots().zip(names) {
+            let within = |what: String| match snapshot.as_str() {
+                "" => what,
+                s => format!("{what} (in snapshot {s})"),
+            };
+            let mut cells = Vec::new();
+            let mut sizes = HashMap::new();
+            tree.walk(&self.ctx, &mut |ptr, node| {
+                match ptr {
+                    Some(p) if !seen.insert(p.addr) => {}
+                    Some(p) => {
+                        report.nodes += 1;
+                        report.bytes_checked += p.len as u64;
+                    }
+                    None => report.nodes += 1,
+                }
+                if let Node::Leaf(entries) = node {
+                    for (k, v) in entries {
+                        match v {
+                            Value::Object(r) => {
+                                if snapshot.is_empty() {
+                                    report.objects += 1;
+                                }
+                                sizes.insert(k.oid, r.size);
+                            }
+                            Value::Cell(c) => cells.push((k.oid, k.off, c.clone())),
+                            Value::Names(_) | Value::Share(_) => {}
                         }
-                        Value::Cell(c) => cells.push((k.oid, k.off, c.clone())),
-                        Value::Names(_) => {}
                     }
                 }
-            }
-            Ok(())
-        })?;
-        for (oid, cell, c) in cells {
-            report.cells += 1;
-            match sizes.get(&oid) {
-                None => report
-                    .problems
-                    .push(format!("cell {cell} belongs to missing object {oid}")),
-                Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => {
-                    report.problems.push(format!(
-                        "cell {cell} of object {oid} lies beyond its size {size}"
-                    ))
+                Ok(())
+            })?;
+            for (oid, cell, c) in cells {
+                match sizes.get(&oid) {
+                    None => report.problems.push(within(format!(
+                        "cell {cell} belongs to missing object {oid}"
+                    ))),
+                    Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => {
+                        report.problems.push(within(format!(
+                            "cell {cell} of object {oid} lies beyond its size {size}"
+                        )))
+                    }
+                    _ => {}
                 }
-                _ => {}
+                if !seen.insert(c.addr) {
+                    continue;
+                }
+                report.cells += 1;
+                match self.read_cell_in(tree, oid, cell, &c) {
+                    // Erased on purpose: not damage.
+                    Ok(_) | Err(Error::ShareDestroyed(_)) => {}
+                    Err(e) => report.problems.push(within(e.to_string())),
+                }
+                report.bytes_checked += c.sealed_len();
+                progress(c.sealed_len());
             }
-            if let Err(e) = self.read_cell(oid, cell, &c) {
-                report.problems.push(e.to_string());
-            }
-            report.bytes_checked += c.sealed_len();
-            progress(c.sealed_len());
         }
         Ok(report)
     }

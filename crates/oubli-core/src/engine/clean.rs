@@ -17,7 +17,81 @@ impl Store {
     }
 }
 
+/// Copies the live cells of victim segments to the end of the data
+/// segments, remembering where each went so that a cell several roots
+/// share is copied once and every root points at the same copy.
+struct Mover<'a> {
+    victims: &'a BTreeSet<SegmentId>,
+    data_segment: Option<(SegmentId, u64)>,
+    next_segment: SegmentId,
+    target: u64,
+    moved: HashMap<u64, u64>,
+    bytes: u64,
+}
+
+impl Mover<'_> {
+    fn relocate(&mut self, tree: &mut Tree, ctx: &Ctx, freed: &mut Vec<NodePtr>) -> Result<()> {
+        let victims = self.victims;
+        tree.rewrite(
+            ctx,
+            freed,
+            &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
+            &mut |_, v| {
+                let Value::Cell(c) = v else { return Ok(false) };
+                if !victims.contains(&addr_segment(c.addr)) {
+                    return Ok(false);
+                }
+                if let Some(&to) = self.moved.get(&c.addr) {
+                    c.addr = to;
+                    return Ok(true);
+                }
+                let mut buf = vec![0u8; c.sealed_len() as usize];
+                ctx.medium
+                    .read(addr_segment(c.addr), addr_offset(c.addr) as u64, &mut buf)
+                    .map_err(|e| read_error("a live cell during cleaning", e))?;
+                let need = buf.len() as u64;
+                let (seg, off) = match self.data_segment {
+                    Some((s, o)) if o + need <= self.target => (s, o),
+                    _ => {
+                        self.next_segment += 1;
+                        (self.next_segment - 1, 0)
+                    }
+                };
+                ctx.medium
+                    .append(seg, off, &buf)
+                    .map_err(|e| Error::io("copying a live cell", e))?;
+                self.data_segment = Some((seg, off + need));
+                let to = addr(seg, off as u32);
+                self.moved.insert(c.addr, to);
+                c.addr = to;
+                self.bytes += need;
+                Ok(true)
+            },
+        )
+    }
+}
+
 impl Engine {
+    /// Sealed bytes each segment holds that some root reaches: the live
+    /// tree, every snapshot, and the snapshot table. A unit shared by
+    /// several roots counts once.
+    pub(super) fn segment_usage(&self) -> Result<HashMap<SegmentId, u64>> {
+        let mut seen = HashSet::new();
+        let mut live: HashMap<SegmentId, u64> = HashMap::new();
+        let mut mark = |at: u64, len: u64| {
+            if seen.insert(at) {
+                *live.entry(addr_segment(at)).or_default() += len;
+            }
+        };
+        for tree in self.roots() {
+            self.each_unit(tree, &mut mark)?;
+        }
+        if let Some(t) = &self.catalog_unit {
+            mark(t.addr, t.len as u64);
+        }
+        Ok(live)
+    }
+
     /// Runs the cleaner if the [`CleanerPolicy`] says so.
     pub(super) fn maybe_clean(&mut self) {
         let policy = self.cleaner;
@@ -63,20 +137,7 @@ impl Engine {
         // The in-memory tree must equal the committed one before segments
         // that only it leaves unreferenced may go.
         self.commit()?;
-        let mut live: HashMap<SegmentId, u64> = HashMap::new();
-        self.tree.walk(&self.ctx, &mut |ptr, node| {
-            if let Some(p) = ptr {
-                *live.entry(addr_segment(p.addr)).or_default() += p.len as u64;
-            }
-            if let Node::Leaf(entries) = node {
-                for (_, v) in entries {
-                    if let Value::Cell(c) = v {
-                        *live.entry(addr_segment(c.addr)).or_default() += c.sealed_len();
-                    }
-                }
-            }
-            Ok(())
-        })?;
+        let live = self.segment_usage()?;
         let current = self.data_segment.map(|(s, _)| s);
         let mut report = GcReport::default();
         let mut candidates = Vec::new();
@@ -122,53 +183,36 @@ impl Engine {
         if victims.is_empty() {
             return Ok(report);
         }
-        // Move live cells as they are (same key, same sealed bytes); nodes in
-        // victims are rewritten by the commit under fresh keys.
+        // Move live cells as they are (same key, same sealed bytes), once
+        // however many roots share them; nodes in victims are rewritten by
+        // the commit under fresh keys. Every root is relocated: the live
+        // tree's old nodes are released, a snapshot's are shared and only
+        // traced.
+        let mut mover = Mover {
+            victims: &victims,
+            data_segment: self.data_segment,
+            next_segment: self.next_segment,
+            target: self.segment_target,
+            moved: HashMap::new(),
+            bytes: 0,
+        };
         let mut tree = std::mem::take(&mut self.tree);
         let mut freed = Vec::new();
-        let mut moved = 0u64;
-        let result = {
-            let ctx = &self.ctx;
-            let mut data_segment = self.data_segment;
-            let mut next_segment = self.next_segment;
-            let target = self.segment_target;
-            let res = tree.rewrite(
-                ctx,
-                &mut freed,
-                &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
-                &mut |_, v| {
-                    let Value::Cell(c) = v else { return Ok(false) };
-                    if !victims.contains(&addr_segment(c.addr)) {
-                        return Ok(false);
-                    }
-                    let mut buf = vec![0u8; c.sealed_len() as usize];
-                    ctx.medium
-                        .read(addr_segment(c.addr), addr_offset(c.addr) as u64, &mut buf)
-                        .map_err(|e| read_error("a live cell during cleaning", e))?;
-                    let need = buf.len() as u64;
-                    let (seg, off) = match data_segment {
-                        Some((s, o)) if o + need <= target => (s, o),
-                        _ => {
-                            next_segment += 1;
-                            (next_segment - 1, 0)
-                        }
-                    };
-                    ctx.medium
-                        .append(seg, off, &buf)
-                        .map_err(|e| Error::io("copying a live cell", e))?;
-                    data_segment = Some((seg, off + need));
-                    c.addr = addr(seg, off as u32);
-                    moved += need;
-                    Ok(true)
-                },
-            );
-            self.data_segment = data_segment;
-            self.next_segment = next_segment;
-            res
-        };
+        let mut result = mover.relocate(&mut tree, &self.ctx, &mut freed);
         self.tree = tree;
-        self.unsynced = true;
         self.release_nodes(freed);
+        let mut snapshots = std::mem::take(&mut self.snapshots);
+        for s in snapshots.values_mut() {
+            if result.is_err() {
+                break;
+            }
+            result = mover.relocate(&mut s.tree, &self.ctx, &mut Vec::new());
+        }
+        self.snapshots = snapshots;
+        self.data_segment = mover.data_segment;
+        self.next_segment = mover.next_segment;
+        let moved = mover.bytes;
+        self.unsynced = true;
         if let Err(e) = result {
             self.poisoned = Some(format!("cleaner: {e}"));
             return Err(e);

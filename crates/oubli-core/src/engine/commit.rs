@@ -263,27 +263,10 @@ impl Engine {
         // 1. Everything buffered becomes units in the tree.
         self.write_out_all()?;
         // 2. Every changed node is sealed under a fresh key, children first.
-        let mut tree = std::mem::take(&mut self.tree);
-        let persisted = tree.persist(&mut |node: &Arc<Node>| {
-            let mut bytes = encode_node(node);
-            let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
-            self.ctx
-                .provider
-                .seal(&key, &node_aad(node.level()), &mut bytes);
-            let at = self.append_unit(&bytes)?;
-            self.live_bytes += bytes.len() as u64;
-            self.ctx
-                .cache
-                .borrow_mut()
-                .insert(at, node.clone(), bytes.len());
-            Ok(NodePtr {
-                addr: at,
-                len: bytes.len() as u32,
-                key: key_ref,
-            })
-        });
-        self.tree = tree;
-        let root = persisted?;
+        let root = self.persist_live_tree()?;
+        // Every snapshot's changed nodes (after a redaction or a cleaner
+        // run) and the table of their roots.
+        let catalog = self.persist_catalog()?;
         // 3. Nodes durable before the superblock that names them.
         self.sync("syncing tree nodes")?;
         // 4. The new superblock, sealed by a fresh epoch key, in the other slot.
@@ -311,6 +294,9 @@ impl Engine {
             log_tally: log.tally,
             live_bytes: self.live_bytes,
             committed_at: now_secs(),
+            catalog,
+            key_scheme: KEY_SCHEME_PARENT_POINTER,
+            scheme_state: None,
         };
         let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
         let slot = self.active_slot.other();

@@ -12,17 +12,23 @@ mod commit;
 mod names;
 mod read;
 mod recover;
+mod share;
+mod snapshot;
 mod write;
 
 pub use check::{FsckReport, Overhead, Status};
 pub use clean::GcReport;
 use commit::UnknownRotation;
+pub use share::{ShareInfo, ShareOpener, SHARE_DESTROYED};
+pub(crate) use snapshot::read_catalog;
+use snapshot::Snapshot;
+pub use snapshot::{SnapshotInfo, SnapshotUsage};
 use write::DirtyCell;
 
 use crate::error::{read_error, Error, Result};
 use crate::log::{self, LogFormat, LogKeys, LogPlace, Op};
 use crate::medium::{Medium, SegmentId, Slot};
-use crate::superblock::{self, Body, Header, FORMAT_VERSION};
+use crate::superblock::{self, Body, Header, FORMAT_VERSION, KEY_SCHEME_PARENT_POINTER};
 use crate::tree::{
     addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node, NodePtr,
     ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
@@ -34,7 +40,7 @@ use oubli_crypto::{
     SecretKey, TAG_LEN,
 };
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
@@ -271,6 +277,16 @@ struct Engine {
     /// Under [`VaultFailurePolicy::RefuseWrites`]: why and since when the
     /// vault could not take a commit.
     vault_down: Option<(String, std::time::Instant)>,
+    /// Snapshots by name, each keeping a tree root.
+    snapshots: BTreeMap<String, Snapshot>,
+    /// Where the committed catalog lies (for the cleaner).
+    catalog_unit: Option<NodePtr>,
+    /// Key shares by id (destroyed ones included: ids are never reused).
+    shares: BTreeMap<u32, crate::share::ShareRecord>,
+    /// The keys of the shares whose vaults were opened (lazily, by reads).
+    share_keys: RefCell<HashMap<u32, SecretKey>>,
+    /// How to open a share's vault (supplied by the front-end).
+    share_opener: Option<Arc<ShareOpener>>,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -464,6 +480,29 @@ impl Engine {
         Ok(old)
     }
 
+    /// Calls `f(address, sealed length)` for every unit (node on the medium
+    /// or data cell) that `tree` reaches.
+    fn each_unit(&self, tree: &Tree, f: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        tree.walk(&self.ctx, &mut |ptr, node| {
+            if let Some(p) = ptr {
+                f(p.addr, p.len as u64);
+            }
+            if let Node::Leaf(entries) = node {
+                for (_, v) in entries {
+                    if let Value::Cell(c) = v {
+                        f(c.addr, c.sealed_len());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The live tree, then every snapshot's tree.
+    fn roots(&self) -> impl Iterator<Item = &Tree> {
+        std::iter::once(&self.tree).chain(self.snapshots.values().map(|s| &s.tree))
+    }
+
     fn keys_in(&self, from: Key, to: Key) -> Result<Vec<Key>> {
         let mut keys = Vec::new();
         self.tree.scan(&from, &to, &self.ctx, &mut |k, _| {
@@ -516,6 +555,10 @@ impl Engine {
                     }
                 }
             }
+            Op::PutSnapshot { .. } | Op::DropSnapshot { .. } | Op::RedactSnapshots { .. } => {
+                self.apply_snapshot_op(&op)?;
+            }
+            Op::PutShare { .. } | Op::SetShare { .. } => self.apply_share_op(&op)?,
             Op::PutNames { dir, hash, bucket } => {
                 let key = Key::new(*dir, KIND_NAMES, *hash);
                 let old = if bucket.entries.is_empty() {

@@ -10,6 +10,8 @@ pub(super) struct PendingRead {
     cref: CellRef,
     /// Where in the output the first byte of the cell unit would go (may be negative).
     out_at: i64,
+    /// The key of the share the object is under, if any.
+    share: Option<SecretKey>,
 }
 
 /// Names a cell unit in an error message.
@@ -53,6 +55,10 @@ impl Store {
                 let sealed = &mut buf[at..at + p.cref.sealed_len() as usize];
                 at += sealed.len();
                 let key = sh.scheme.resolve(&p.cref.key);
+                let key = match &p.share {
+                    Some(s) => crate::share::bind(&*sh.provider, s, &key),
+                    None => key,
+                };
                 let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
                 let corrupt = || Error::Corrupt(cell_what(p, sh.cell_size));
                 let dst = p.out_at - base;
@@ -191,6 +197,7 @@ impl Engine {
         }
         let mut out = vec![0u8; (end - offset) as usize];
         let mut pending = Vec::new();
+        let share = self.share_key_in(&self.tree, oid)?;
         let cs = self.cell_size as u64;
         let mut pos = offset;
         while pos < end {
@@ -211,6 +218,7 @@ impl Engine {
                     cell,
                     out_at: (cell_base + c.start as u64) as i64 - offset as i64,
                     cref: c,
+                    share: share.clone(),
                 });
             }
             pos = stop;

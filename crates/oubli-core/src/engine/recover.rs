@@ -56,6 +56,9 @@ impl Store {
             log_tally: Some(1),
             live_bytes: 0,
             committed_at: now_secs(),
+            catalog: None,
+            key_scheme: KEY_SCHEME_PARENT_POINTER,
+            scheme_state: None,
         };
         let sealed = superblock::seal(&*provider, &record.key, &header, &body);
         medium
@@ -148,53 +151,33 @@ impl Store {
             .unwrap_or(0)
             .max(body.next_segment);
         let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
-        let mut engine = Engine {
-            ctx: Ctx {
-                medium,
-                provider,
-                scheme: options.key_scheme.clone(),
-                cache: RefCell::new(NodeCache::with_limit(options.node_cache_bytes)),
-                io_guard: Arc::new(RwLock::new(())),
-            },
-            vault,
-            store_id: record.store_id,
-            epoch: record.epoch,
-            epoch_key: record.key.clone(),
-            active_slot: slot,
-            cell_size: body.cell_size,
-            tree: Tree {
-                root: body
-                    .root
-                    .clone()
-                    .map(|(ptr, level)| (Child::Disk(ptr), level)),
-            },
-            next_oid: body.next_oid,
-            next_segment,
-            data_segment: None,
-            segment_target,
-            log: body.log_place(),
-            log_offset: 0,
-            tally_offset: 0,
-            log_seq: 0,
-            pending: Vec::new(),
-            unsynced: false,
-            dirty: BTreeMap::new(),
-            dirty_bytes: 0,
-            size_dirty: BTreeSet::new(),
-            live_bytes: body.live_bytes,
-            stats: EpochStats::default(),
-            policy: options.policy.clone(),
-            committed_at: body.committed_at,
-            read_only: options.read_only,
-            poisoned: None,
-            vault_unknown: None,
-            vault_leftover: None,
-            last_commit_error: None,
-            doomed_segments: Vec::new(),
-            vault_failure: options.vault_failure,
-            cleaner: options.cleaner,
-            vault_down: None,
+        let ctx = Ctx {
+            medium,
+            provider,
+            scheme: options.key_scheme.clone(),
+            cache: RefCell::new(NodeCache::with_limit(options.node_cache_bytes)),
+            io_guard: Arc::new(RwLock::new(())),
         };
+        let tree = Tree {
+            root: body
+                .root
+                .clone()
+                .map(|(ptr, level)| (Child::Disk(ptr), level)),
+        };
+        let mut engine = Engine::new(ctx, vault, record, slot, body.cell_size, tree);
+        engine.next_oid = body.next_oid;
+        engine.next_segment = next_segment;
+        engine.segment_target = segment_target;
+        engine.log = body.log_place();
+        engine.live_bytes = body.live_bytes;
+        engine.policy = options.policy.clone();
+        engine.committed_at = body.committed_at;
+        engine.read_only = options.read_only;
+        engine.vault_failure = options.vault_failure;
+        engine.cleaner = options.cleaner;
+        if let Some(catalog) = &body.catalog {
+            engine.load_catalog(catalog)?;
+        }
         if let Some(e) = leftover_error {
             // Not fatal: the store opens, `status` and `audit` say that the
             // previous epoch is not erased yet, and every commit retries.
@@ -226,6 +209,64 @@ impl Store {
 }
 
 impl Engine {
+    /// An engine on `tree` at the vault's epoch, with nothing pending and
+    /// default settings; [`Store::open`] sets the rest from the superblock.
+    pub(super) fn new(
+        ctx: Ctx,
+        vault: Arc<dyn Vault>,
+        record: VaultRecord,
+        slot: Slot,
+        cell_size: u32,
+        tree: Tree,
+    ) -> Engine {
+        let segment_target = DATA_SEGMENT_TARGET.min(ctx.medium.segment_capacity());
+        Engine {
+            ctx,
+            vault,
+            store_id: record.store_id,
+            epoch: record.epoch,
+            epoch_key: record.key,
+            active_slot: slot,
+            cell_size,
+            tree,
+            next_oid: ROOT_DIR + 1,
+            next_segment: 0,
+            data_segment: None,
+            segment_target,
+            log: LogPlace {
+                segment: 0,
+                tally: None,
+                format: LogFormat::V2,
+            },
+            log_offset: 0,
+            tally_offset: 0,
+            log_seq: 0,
+            pending: Vec::new(),
+            unsynced: false,
+            dirty: BTreeMap::new(),
+            dirty_bytes: 0,
+            size_dirty: BTreeSet::new(),
+            live_bytes: 0,
+            stats: EpochStats::default(),
+            policy: EpochPolicy::default(),
+            committed_at: 0,
+            read_only: false,
+            poisoned: None,
+            vault_unknown: None,
+            vault_leftover: None,
+            last_commit_error: None,
+            doomed_segments: Vec::new(),
+            vault_failure: VaultFailurePolicy::default(),
+            cleaner: CleanerPolicy::default(),
+            vault_down: None,
+            snapshots: BTreeMap::new(),
+            catalog_unit: None,
+            shares: BTreeMap::new(),
+            share_keys: RefCell::new(HashMap::new()),
+            share_opener: None,
+        }
+    }
+
     /// Replays this epoch's intent log onto the tree; returns whether the
     /// log segment exists (a flush was at least started in this epoch).
     /// A batch the log's tally counts as acknowledged that is missing or

@@ -61,6 +61,7 @@ impl Store {
             if wanted.is_empty() {
                 break;
             }
+            let share = e.share_key_in(&e.tree, oid)?;
             let guard = self
                 .shared
                 .io_guard
@@ -77,6 +78,7 @@ impl Store {
                     oid,
                     cell,
                     &c,
+                    share.as_ref(),
                 )?;
                 prefetched.retain(|p: &Prefetched| p.cell != cell);
                 prefetched.push(Prefetched {
@@ -101,10 +103,19 @@ impl Store {
         let end = offset.checked_add(data.len() as u64)?;
         let count = (end / cs as u64).checked_sub(first).filter(|&n| n > 0)? as usize;
         let unit = cs + TAG_LEN;
+        // Under a share whose key cannot be had, the write reports it under the lock.
+        let share = {
+            let e = self.lock();
+            e.share_key_in(&e.tree, oid).ok()?
+        };
         let mut keys = Vec::with_capacity(count);
         let mut key_refs = Vec::with_capacity(count);
         for _ in 0..count {
             let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
+            let key = match &share {
+                Some(s) => crate::share::bind(&*self.shared.provider, s, &key),
+                None => key,
+            };
             keys.push(key);
             key_refs.push(key_ref);
         }
@@ -169,6 +180,18 @@ impl Store {
 
 impl Engine {
     pub(super) fn read_cell(&self, oid: u64, cell: u64, c: &CellRef) -> Result<PlainBuf> {
+        self.read_cell_in(&self.tree, oid, cell, c)
+    }
+
+    /// Opens a cell of object `oid` of `tree` (the live tree or a snapshot's).
+    pub(super) fn read_cell_in(
+        &self,
+        tree: &Tree,
+        oid: u64,
+        cell: u64,
+        c: &CellRef,
+    ) -> Result<PlainBuf> {
+        let share = self.share_key_in(tree, oid)?;
         open_cell_unit(
             &*self.ctx.medium,
             &*self.ctx.provider,
@@ -177,6 +200,7 @@ impl Engine {
             oid,
             cell,
             c,
+            share.as_ref(),
         )
     }
 
@@ -221,7 +245,9 @@ impl Engine {
         bytes: &[u8],
     ) -> Result<()> {
         let len = bytes.len() as u32;
+        let share = self.share_key_in(&self.tree, oid)?;
         let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);
+        let key = self.bind_share(share.as_ref(), key);
         let mut sealed = Vec::with_capacity(bytes.len() + TAG_LEN);
         sealed.extend_from_slice(bytes);
         self.ctx

@@ -131,6 +131,12 @@ fn render_status(r: &StatusReport) -> String {
             ui::size(bytes)
         ),
     };
+    if r.snapshots > 0 {
+        pending = format!(
+            "{pending}; {} snapshot(s) keep what they hold until removed (`oubli snapshot ls`, `rm --all-snapshots`)",
+            r.snapshots
+        );
+    }
     if !r.vault_leftover_epochs.is_empty() {
         pending = format!(
             "{}; {pending} in this epoch",

@@ -106,7 +106,7 @@ impl Judge {
             return Ok(Class::Leaked);
         };
         let epoch = match unit.source {
-            Source::Tree(e) | Source::Log(e) => e,
+            Source::Tree(e) | Source::Log(e) | Source::Snapshot(e, _) => e,
         };
         Ok(if still_live(store, *cell_size, unit)? {
             Class::Live

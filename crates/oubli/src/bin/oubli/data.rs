@@ -79,7 +79,12 @@ fn fill(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// `oubli put NAME [SRC|-]`.
-pub fn put(g: &Global, name: &str, src: Option<&Path>) -> Result<String, Failure> {
+pub fn put(
+    g: &Global,
+    name: &str,
+    src: Option<&Path>,
+    share: Option<&str>,
+) -> Result<String, Failure> {
     let key = check_name(name)?;
     // The source is opened before the store: a typo in SRC must not cost a
     // password prompt, nor leave anything behind.
@@ -117,6 +122,12 @@ pub fn put(g: &Global, name: &str, src: Option<&Path>) -> Result<String, Failure
     })
     .expect("plain struct");
     let oid = store.create_object(&meta).map_err(|e| g.fail(e))?;
+    if let Some(share) = share {
+        if let Err(e) = store.set_share(oid, share) {
+            let _ = store.delete(oid);
+            return Err(g.fail(e));
+        }
+    }
 
     // Nothing reaches the intent log before the final flush, so ^C before it
     // leaves the store as it was: the sealed cells already written are
@@ -190,9 +201,15 @@ fn read_chunk(store: &Store, oid: u64, offset: u64) -> oubli::Result<Zeroizing<V
 /// `oubli get NAME [DST|-]`. Never writes a byte of an object that does
 /// not authenticate completely: to a file through a temporary file renamed
 /// at the end, to stdout after buffering or a first authenticating pass.
-pub fn get(g: &Global, name: &str, dst: Option<&Path>) -> Result<String, Failure> {
+pub fn get(
+    g: &Global,
+    name: &str,
+    dst: Option<&Path>,
+    snapshot: Option<&str>,
+) -> Result<String, Failure> {
     let session = g.open(Access::Read)?;
-    let store = &session.store;
+    let view = at_snapshot(g, &session.store, snapshot)?;
+    let store = view.as_ref().unwrap_or(&session.store);
     let oid = lookup(g, store, name)?;
     let size = store.size(oid).map_err(|e| g.fail(e))?;
     if is_stdio(dst) {
@@ -295,25 +312,93 @@ fn to_file(g: &Global, store: &Store, oid: u64, size: u64, path: &Path) -> Resul
     copied
 }
 
-/// `oubli rm NAME [--purge]`.
-pub fn rm(g: &Global, name: &str, purge: bool) -> Result<String, Failure> {
+/// A read-only view of `snapshot` (`None`: read the live store).
+fn at_snapshot(
+    g: &Global,
+    store: &Store,
+    snapshot: Option<&str>,
+) -> Result<Option<Store>, Failure> {
+    snapshot
+        .map(|s| store.snapshot(s).map_err(|e| g.fail(e)))
+        .transpose()
+}
+
+/// `oubli rm NAME [--purge] [--all-snapshots]`.
+pub fn rm(g: &Global, name: &str, purge: bool, all_snapshots: bool) -> Result<String, Failure> {
     let key = check_name(name)?;
     let session = g.open(Access::Write)?;
     let store = &session.store;
-    let oid = store.unlink(ROOT_DIR, key).map_err(|e| g.fail(e))?;
-    delete_if_unlinked(store, oid).map_err(|e| g.fail(e))?;
+    let (removed, kept_in) = if all_snapshots {
+        (erase_everywhere(g, store, name, key)?, Vec::new())
+    } else {
+        let oid = store.unlink(ROOT_DIR, key).map_err(|e| g.fail(e))?;
+        delete_if_unlinked(store, oid).map_err(|e| g.fail(e))?;
+        let kept_in = store.snapshots_holding(oid).map_err(|e| g.fail(e))?;
+        (format!("removed {name}"), kept_in)
+    };
+    let except = match kept_in.len() {
+        0 => String::new(),
+        n => format!(
+            ", except from {n} snapshot(s) that hold it ({}): use --all-snapshots to erase it from them too",
+            kept_in.join(", ")
+        ),
+    };
     if purge {
         store.commit().map_err(|e| g.fail(e))?;
+        let done = if except.is_empty() {
+            "its data is now unrecoverable".to_string()
+        } else {
+            format!("its data is now unrecoverable{except}")
+        };
         Ok(format!(
-            "removed {name} and committed epoch {}: its data is now unrecoverable\n",
+            "{removed} and committed epoch {}: {done}\n",
             store.epoch()
         ))
     } else {
         store.flush().map_err(|e| g.fail(e))?;
         Ok(format!(
-            "removed {name}; its data is erased at the next commit (run `oubli commit` to erase it now)\n"
+            "{removed}; its data is erased at the next commit (run `oubli commit` to erase it now){except}\n"
         ))
     }
+}
+
+/// `rm --all-snapshots`: the objects NAME names in the live store or in any
+/// snapshot are removed everywhere — every name of theirs in the live store,
+/// their data, and their entries in every snapshot (which stay otherwise
+/// intact). Returns what to tell the user.
+fn erase_everywhere(g: &Global, store: &Store, name: &str, key: &[u8]) -> Result<String, Failure> {
+    let fail = |e| g.fail(e);
+    let live = store.lookup(ROOT_DIR, key).map_err(fail)?;
+    let mut oids: Vec<u64> = live.into_iter().collect();
+    for (_, oid) in store.lookup_in_snapshots(ROOT_DIR, key).map_err(fail)? {
+        if !oids.contains(&oid) {
+            oids.push(oid);
+        }
+    }
+    if oids.is_empty() {
+        return Err(g.fail(Error::NoName(format!(
+            "{name} (neither in the store nor in any snapshot)"
+        ))));
+    }
+    for (linked, target) in store.list(ROOT_DIR).map_err(fail)? {
+        if oids.contains(&target) {
+            store.unlink(ROOT_DIR, &linked).map_err(fail)?;
+        }
+    }
+    for &oid in &oids {
+        if store.exists(oid).map_err(fail)? {
+            store.delete(oid).map_err(fail)?;
+        }
+    }
+    let from = store.redact_snapshots(&oids).map_err(fail)?;
+    let live = if live.is_some() { "the store and " } else { "" };
+    Ok(match from.len() {
+        0 => format!("removed {name} from {live}no snapshot (none held it)"),
+        n => format!(
+            "removed {name} from {live}{n} snapshot(s) ({})",
+            from.join(", ")
+        ),
+    })
 }
 
 #[derive(Serialize)]
@@ -326,9 +411,10 @@ struct Entry {
 }
 
 /// `oubli ls [-l] [--json]`.
-pub fn ls(g: &Global, long: bool, json: bool) -> Result<String, Failure> {
+pub fn ls(g: &Global, long: bool, json: bool, snapshot: Option<&str>) -> Result<String, Failure> {
     let session = g.open(Access::Read)?;
-    let store = &session.store;
+    let view = at_snapshot(g, &session.store, snapshot)?;
+    let store = view.as_ref().unwrap_or(&session.store);
     let mut names = store.list(ROOT_DIR).map_err(|e| g.fail(e))?;
     names.sort();
     let mut entries = Vec::with_capacity(names.len());

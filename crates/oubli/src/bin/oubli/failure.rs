@@ -138,6 +138,22 @@ impl Places<'_> {
                 format!("no such name: {name}"),
                 "run `oubli ls` to see the stored names".into(),
             ),
+            Error::NoShare(name) => (
+                format!("no such key share: {name}"),
+                "run `oubli share ls` to see the shares".into(),
+            ),
+            Error::ShareUnavailable { name, vault, why } => (
+                format!("this data is under key share {name}, whose vault {} cannot be opened: {why}", crate::session::shown(std::path::Path::new(vault))),
+                "make that vault reachable (plug in the token, check the TPM or the file) and retry; data outside the share is unaffected".into(),
+            ),
+            Error::ShareDestroyed(name) => (
+                format!("this data was under key share {name}, which was destroyed: it is unrecoverable"),
+                "remove the names that point at it (`oubli rm`)".into(),
+            ),
+            Error::NoSnapshot(name) => (
+                format!("no such snapshot: {name}"),
+                "run `oubli snapshot ls` to see the snapshots".into(),
+            ),
             Error::NoObject(oid) => (
                 format!("no such object: {oid}"),
                 "run `oubli ls` to see the stored names; run `oubli fsck` if a listed name fails".into(),
@@ -164,6 +180,10 @@ impl Places<'_> {
             ),
             Error::Version(v) => (
                 format!("store {store} uses format version {v}, which this oubli does not know"),
+                "use the version of oubli that wrote the store (or a newer one)".into(),
+            ),
+            Error::UnknownKeyScheme(k) => (
+                format!("store {store} uses key scheme {k}, which this oubli does not know"),
                 "use the version of oubli that wrote the store (or a newer one)".into(),
             ),
             Error::ReadOnly => (

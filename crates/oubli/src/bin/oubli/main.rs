@@ -12,6 +12,8 @@ mod mount;
 mod password;
 mod serve;
 mod session;
+mod share_cmd;
+mod snapshot_cmd;
 mod ui;
 mod vault_cmd;
 
@@ -86,6 +88,9 @@ enum Command {
         /// File to read, or - for stdin [default: -]
         #[arg(value_name = "SRC|-")]
         src: Option<PathBuf>,
+        /// Place the data under this key share (destroying the share erases it)
+        #[arg(long, value_name = "SHARE")]
+        share: Option<String>,
     },
     /// Write the data stored under NAME to DST or stdout
     Get {
@@ -93,13 +98,19 @@ enum Command {
         /// File to write (replaced atomically), or - for stdout [default: -]
         #[arg(value_name = "DST|-")]
         dst: Option<PathBuf>,
+        /// Read NAME as it was in this snapshot
+        #[arg(long, value_name = "SNAP")]
+        snapshot: Option<String>,
     },
-    /// Remove NAME; its data is erased at the next commit
+    /// Remove NAME; its data is erased at the next commit (except from snapshots that hold it)
     Rm {
         name: String,
         /// Commit at once, so that the data is unrecoverable when the command returns
         #[arg(long)]
         purge: bool,
+        /// Also remove NAME (and its data) from every snapshot that holds it
+        #[arg(long)]
+        all_snapshots: bool,
     },
     /// List the stored names
     Ls {
@@ -109,7 +120,16 @@ enum Command {
         /// Print JSON (always with sizes and times)
         #[arg(long)]
         json: bool,
+        /// List the names of this snapshot
+        #[arg(long, value_name = "SNAP")]
+        snapshot: Option<String>,
     },
+    /// Keep read-only versions of the whole store, list and remove them
+    #[command(subcommand)]
+    Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Key shares: second secrets in their own vaults, destroyed out of band
+    #[command(subcommand)]
+    Share(share_cmd::ShareCommand),
     /// End the epoch now: everything deleted so far becomes unrecoverable
     #[command(visible_alias = "purge")]
     Commit {
@@ -184,10 +204,24 @@ fn run(cli: Cli) -> Result<String, Failure> {
             kdf_memory,
             kdf_iterations,
         } => admin::init(&g, cell_size, kdf_memory, kdf_iterations),
-        Command::Put { name, src } => data::put(&g, &name, src.as_deref()),
-        Command::Get { name, dst } => data::get(&g, &name, dst.as_deref()),
-        Command::Rm { name, purge } => data::rm(&g, &name, purge),
-        Command::Ls { long, json } => data::ls(&g, long, json),
+        Command::Put { name, src, share } => data::put(&g, &name, src.as_deref(), share.as_deref()),
+        Command::Get {
+            name,
+            dst,
+            snapshot,
+        } => data::get(&g, &name, dst.as_deref(), snapshot.as_deref()),
+        Command::Rm {
+            name,
+            purge,
+            all_snapshots,
+        } => data::rm(&g, &name, purge, all_snapshots),
+        Command::Ls {
+            long,
+            json,
+            snapshot,
+        } => data::ls(&g, long, json, snapshot.as_deref()),
+        Command::Snapshot(command) => snapshot_cmd::run(&g, command),
+        Command::Share(command) => share_cmd::run(&g, command),
         Command::Commit { mountpoint } => admin::commit(&g.at_mount(mountpoint.as_deref())?),
         Command::Status { json, mountpoint } => {
             admin::status(&g.at_mount(mountpoint.as_deref())?, json)

@@ -184,10 +184,12 @@ fn serve(
     let _lock = g.lock(Access::Write)?;
     let provider = session::provider();
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
+    let shares = g.share_opener(&password, &provider);
     drop(password);
     let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
     let options = g.long_running_options(&provider, opts.store_policy());
     let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
+    store.set_share_opener(shares);
 
     let stop = Arc::new(AtomicBool::new(false));
     let purge = Arc::new(AtomicBool::new(false));

@@ -9,9 +9,9 @@ use crate::failure::Failure;
 use crate::session::{self, Access, Global};
 use crate::ui;
 use oubli::{EpochPolicy, Store};
-use oubli_nbd::{Endpoint, ServerConfig};
-use std::net::ToSocketAddrs;
-use std::path::PathBuf;
+use oubli_nbd::{Endpoint, ServerConfig, Tls, TlsCredentials, TlsMode};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +29,21 @@ pub struct ServeArgs {
     /// Listen on a Unix socket at PATH (mode 0600)
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Listen on TCP at HOST:PORT: only on a loopback address, and only with --tls=off (see docs/NBD.md)
+    /// Listen on TCP at HOST:PORT: needs --tls-certificates, or --tls=off on a loopback address
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
-    /// TLS on the TCP listener. This build serves plain NBD only, so --listen needs an explicit --tls=off and a loopback address
+    /// TLS: require (the default on TCP), on (for clients that ask), off (loopback TCP only). Applies to --socket too when given [default on --socket: off]
     #[arg(long, value_name = "MODE", value_enum)]
-    tls: Option<TlsMode>,
+    tls: Option<TlsArg>,
+    /// Directory with ca-cert.pem, server-cert.pem and server-key.pem; clients must present a certificate signed by that CA (make them with scripts/nbd-certs, see docs/NBD.md)
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Take an automatic snapshot this often (e.g. 1h, 1d): named auto-YYYYMMDD-HHMMSS
+    #[arg(long, value_name = "DURATION", value_parser = crate::ui::parse_duration)]
+    snapshot_every: Option<u64>,
+    /// Keep at most N automatic snapshots (the oldest are removed, and erased at the next commit)
+    #[arg(long, value_name = "N")]
+    snapshot_keep: Option<usize>,
     /// Commit at most this many seconds after a change (0: never on time)
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     epoch_interval: u64,
@@ -46,11 +55,100 @@ pub struct ServeArgs {
     epoch_deletions: u64,
 }
 
-/// `--tls`: how the TCP listener treats TLS.
+/// `--tls`: nbdkit's modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TlsMode {
-    /// Plain NBD (loopback addresses only).
+pub enum TlsArg {
+    /// Every client must start TLS and present a certificate from the CA
+    Require,
+    /// TLS for clients that ask; others are served in the clear
+    On,
+    /// No TLS
     Off,
+}
+
+impl From<TlsArg> for TlsMode {
+    fn from(a: TlsArg) -> TlsMode {
+        match a {
+            TlsArg::Require => TlsMode::Require,
+            TlsArg::On => TlsMode::On,
+            TlsArg::Off => TlsMode::Off,
+        }
+    }
+}
+
+/// How to get certificates, for the messages that ask for them.
+const HOW_TO_CERTIFY: &str = "give --tls-certificates DIR holding ca-cert.pem, \
+server-cert.pem and server-key.pem; clients then need a certificate signed by that CA. Make \
+them with certtool (Debian gnutls-bin) by running `scripts/nbd-certs DIR` from the oubli \
+sources (DIR/server for oubli, DIR/client for the clients), or with openssl as docs/NBD.md \
+(\"TLS\") shows";
+
+/// The TLS modes of the TCP and the Unix endpoints, or why the options are refused.
+/// Plain TCP is allowed only on a loopback address and only when asked for.
+fn tls_modes(
+    tls: Option<TlsArg>,
+    certificates: bool,
+    listen: Option<&SocketAddr>,
+) -> Result<(TlsMode, TlsMode), Failure> {
+    let usage = |message: String, hint: &str| Failure::new(oubli::exit::USAGE, message, hint);
+    if let (Some(mode @ (TlsArg::Require | TlsArg::On)), false) = (tls, certificates) {
+        return Err(usage(
+            format!("--tls={} needs certificates", mode_name(mode)),
+            HOW_TO_CERTIFY,
+        ));
+    }
+    let unix = tls.map_or(TlsMode::Off, TlsMode::from);
+    let tcp = match (tls, certificates) {
+        (Some(mode), _) => TlsMode::from(mode),
+        (None, true) => TlsMode::Require,
+        (None, false) => match listen {
+            Some(addr) => {
+                return Err(usage(
+                    format!(
+                        "--listen {addr} without TLS: anyone who can reach the port would read \
+                         and write the device"
+                    ),
+                    &format!("{HOW_TO_CERTIFY}; or, on a loopback address only, --tls=off"),
+                ))
+            }
+            None => TlsMode::Off,
+        },
+    };
+    if let Some(addr) = listen {
+        if tcp.allows_plain() && !addr.ip().is_loopback() {
+            return Err(usage(
+                format!(
+                    "--listen {addr} with --tls={}: plain NBD on an address other machines \
+                     can reach would let them read and write the device",
+                    if tcp == TlsMode::On { "on" } else { "off" }
+                ),
+                &format!(
+                    "use --tls=require (the default with --tls-certificates); {HOW_TO_CERTIFY}; \
+                     or listen on a loopback address (127.0.0.1, ::1)"
+                ),
+            ));
+        }
+    }
+    Ok((tcp, unix))
+}
+
+fn mode_name(mode: TlsArg) -> &'static str {
+    match mode {
+        TlsArg::Require => "require",
+        TlsArg::On => "on",
+        TlsArg::Off => "off",
+    }
+}
+
+/// Loads the certificate directory; an unusable one is a usage error.
+fn load_credentials(dir: &Path) -> Result<TlsCredentials, Failure> {
+    TlsCredentials::load(&session::absolute(dir)).map_err(|e| {
+        Failure::new(
+            oubli::exit::USAGE,
+            format!("--tls-certificates: {e}"),
+            HOW_TO_CERTIFY,
+        )
+    })
 }
 
 /// The cell size that matches a file system's block: a write of one block seals one cell.
@@ -72,30 +170,44 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     if let Some(p) = &a.socket {
         endpoints.push(Endpoint::Unix(session::absolute(p)));
     }
-    if let Some(l) = &a.listen {
-        let addrs: Vec<_> = l
-            .to_socket_addrs()
-            .map_err(|_| Failure::usage(format!("--listen {l:?} is not HOST:PORT")))?
-            .collect();
-        let addr = *addrs
-            .first()
-            .ok_or_else(|| Failure::usage(format!("--listen {l:?} is not HOST:PORT")))?;
-        // Whoever reaches a plain NBD port reads and writes the decrypted
-        // device: never by accident, never beyond this machine.
-        if a.tls != Some(TlsMode::Off) || !addrs.iter().all(|a| a.ip().is_loopback()) {
-            return Err(Failure::usage(format!(
-                "refusing to serve --listen {l}: plain NBD over TCP has no authentication and no \
-                 encryption, so anyone who reaches the port reads and writes the decrypted device. \
-                 Serve on a Unix socket instead (--socket PATH, mode 0600), or, if every local user \
-                 may connect, on a loopback address with --tls=off (e.g. --listen 127.0.0.1:10809 \
-                 --tls=off) and reach it from elsewhere through an authenticated tunnel (ssh -L). \
-                 NBD over TLS (client certificates) is not in this version of oubli serve."
-            )));
-        }
+    let listen = match &a.listen {
+        Some(l) => Some(
+            l.to_socket_addrs()
+                .ok()
+                .and_then(|mut it| it.next())
+                .ok_or_else(|| Failure::usage(format!("--listen {l:?} is not HOST:PORT")))?,
+        ),
+        None => None,
+    };
+    if let Some(addr) = listen {
         endpoints.push(Endpoint::Tcp(addr));
-    } else if a.tls.is_some() {
-        return Err(Failure::usage("--tls applies to --listen only"));
     }
+    // Refused before the password is asked for and the store opened.
+    let (tcp_tls, unix_tls) = tls_modes(a.tls, a.tls_certificates.is_some(), listen.as_ref())?;
+    let tls = match &a.tls_certificates {
+        Some(dir) if tcp_tls != TlsMode::Off || unix_tls != TlsMode::Off => Some(Tls {
+            credentials: load_credentials(dir)?,
+            tcp: tcp_tls,
+            unix: unix_tls,
+        }),
+        _ => None,
+    };
+
+    // `NAME@SNAP`: the export as it was in a snapshot, read-only.
+    let (export_name, snapshot) = match a.export.split_once('@') {
+        Some((name, snap)) => (name.to_string(), Some(snap.to_string())),
+        None => (a.export.clone(), None),
+    };
+    if snapshot.is_some() && a.size.is_some() {
+        return Err(Failure::usage(format!(
+            "--export {} serves a snapshot, read-only: --size cannot create or grow it",
+            a.export
+        )));
+    }
+    let retention = oubli::retention::Retention {
+        every: a.snapshot_every.map(Duration::from_secs),
+        keep: a.snapshot_keep,
+    };
 
     // As `Global::open`, with the epoch policy of the command line.
     g.require_store()?;
@@ -103,29 +215,42 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let provider = session::provider();
     let password = g.password()?;
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
+    let shares = g.share_opener(&password, &provider);
     drop(password);
     let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
     let options = g.long_running_options(&provider, policy);
     let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
+    store.set_share_opener(shares);
 
-    let export = match oubli_nbd::lookup_export(&store, &a.export).map_err(|e| g.fail(e))? {
+    // What the clients see: the live store, or a snapshot's read-only view.
+    let served = match &snapshot {
+        Some(snap) => Arc::new(store.snapshot(snap).map_err(|e| g.fail(e))?),
+        None => store.clone(),
+    };
+    let export = match oubli_nbd::lookup_export(&served, &export_name).map_err(|e| g.fail(e))? {
+        None if snapshot.is_some() => {
+            return Err(g.fail(oubli::Error::NoName(format!(
+                "export {export_name} in snapshot {}",
+                snapshot.as_deref().unwrap_or_default()
+            ))))
+        }
         None => {
             let size = a.size.ok_or_else(|| {
                 Failure::usage(format!(
                     "export {:?} does not exist: give --size to create it",
-                    a.export
+                    export_name
                 ))
             })?;
-            oubli_nbd::create_export(&store, &a.export, size).map_err(|e| g.fail(e))?
+            oubli_nbd::create_export(&store, &export_name, size).map_err(|e| g.fail(e))?
         }
         Some(e) => match a.size {
             Some(size) if size > e.size => {
-                oubli_nbd::resize_export(&store, &a.export, size).map_err(|e| g.fail(e))?
+                oubli_nbd::resize_export(&store, &export_name, size).map_err(|e| g.fail(e))?
             }
             Some(size) if size < e.size => {
                 return Err(Failure::usage(format!(
                     "export {:?} is {} bytes; --size {size} would shrink it (and erase its tail)",
-                    a.export, e.size
+                    export_name, e.size
                 )))
             }
             _ => e,
@@ -156,20 +281,27 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
 
     let server = oubli_nbd::serve(
-        store.clone(),
+        served.clone(),
         &endpoints,
         ServerConfig {
+            // A snapshot is served read-only; commits are the live store's (below).
+            read_only: snapshot.is_some(),
+            commit_on_shutdown: snapshot.is_none(),
             default_export: Some(export.name.clone()),
-            // Only the export asked for, whatever else the store holds.
+            // Only the export asked for: the store's others stay out of reach.
             exports: Some(vec![export.name.clone()]),
+            tls,
             log: Arc::new(log),
             ..ServerConfig::default()
         },
     )
     .map_err(|e| Failure::file("starting the NBD server", e))?;
     log(&format!(
-        "serving export {:?} ({} bytes) at epoch {}; SIGUSR1 commits, SIGTERM/SIGINT commit and stop",
+        "serving export {:?}{} ({} bytes) at epoch {}; SIGUSR1 commits, SIGTERM/SIGINT commit and stop",
         export.name,
+        snapshot
+            .as_ref()
+            .map_or(String::new(), |s| format!(" as of snapshot {s}, read-only")),
         export.size,
         store.epoch()
     ));
@@ -201,10 +333,21 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             if store.epoch() != before {
                 log(&format!("committed epoch {} (policy)", store.epoch()));
             }
+            match oubli::retention::tick(&store, &retention, ui::now()) {
+                Ok(events) => {
+                    for event in events {
+                        log(&event.to_string());
+                    }
+                }
+                Err(e) => log(&format!("snapshot retention failed: {e}")),
+            }
         }
     }
     log("stopping: closing connections and committing");
     server.shutdown().map_err(|e| g.fail(e))?;
+    if snapshot.is_some() {
+        store.commit().map_err(|e| g.fail(e))?;
+    }
     drop(control);
     Ok(format!(
         "stopped; epoch {} committed: everything trimmed or deleted before is unrecoverable\n",
@@ -214,7 +357,38 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
 
 #[cfg(test)]
 mod tests {
+    use super::{tls_modes, TlsArg};
     use crate::ui::parse_size;
+    use oubli_nbd::TlsMode;
+
+    #[test]
+    fn tls_options() {
+        let lo: std::net::SocketAddr = "127.0.0.1:10809".parse().unwrap();
+        let lo6: std::net::SocketAddr = "[::1]:10809".parse().unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:10809".parse().unwrap();
+        let modes = |tls, certs, listen| tls_modes(tls, certs, listen).map_err(|f| f.code);
+        use TlsMode::*;
+        // Certificates: TCP requires TLS, the Unix socket stays plain unless told.
+        assert_eq!(modes(None, true, Some(&any)), Ok((Require, Off)));
+        assert_eq!(
+            modes(Some(TlsArg::Require), true, None),
+            Ok((Require, Require))
+        );
+        assert_eq!(modes(Some(TlsArg::On), true, Some(&lo)), Ok((On, On)));
+        // Plain TCP: only on loopback, only when asked.
+        assert_eq!(modes(Some(TlsArg::Off), false, Some(&lo)), Ok((Off, Off)));
+        assert_eq!(modes(Some(TlsArg::Off), false, Some(&lo6)), Ok((Off, Off)));
+        assert_eq!(modes(None, false, None), Ok((Off, Off)));
+        for refused in [
+            modes(None, false, Some(&lo)),
+            modes(Some(TlsArg::Off), true, Some(&any)),
+            modes(Some(TlsArg::On), true, Some(&any)),
+            modes(Some(TlsArg::Require), false, None),
+            modes(Some(TlsArg::On), false, Some(&lo)),
+        ] {
+            assert_eq!(refused, Err(2));
+        }
+    }
 
     #[test]
     fn sizes() {

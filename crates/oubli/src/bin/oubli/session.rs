@@ -95,6 +95,8 @@ pub struct Session {
     /// The vault's epoch before the store was opened: if the store's epoch is
     /// higher now, opening replayed an intent log and committed it.
     pub vault_epoch_at_open: u64,
+    /// The store's password: it also opens share vaults (wiped on drop).
+    pub password: SecretBytes,
     /// Held (and so the lock kept) until the session is dropped.
     _lock: Option<File>,
 }
@@ -323,15 +325,32 @@ impl Global {
         let provider = provider();
         let password = self.password()?;
         let vault = Arc::new(self.open_vault_at(&self.vault, &password, &provider)?);
-        drop(password);
         let vault_epoch_at_open = vault.load().map_err(|e| self.fail(Error::Vault(e)))?.epoch;
         let store = self
             .open_store(vault.clone(), access, &provider)
             .map_err(|e| self.fail(e))?;
+        store.set_share_opener(self.share_opener(&password, &provider));
         Ok(Session {
             store,
             vault_epoch_at_open,
+            password,
             _lock: lock,
+        })
+    }
+
+    /// Opens a share's vault the first time data under it is used, with the
+    /// store's password (kept in memory, wiped on drop, while the store is open).
+    pub fn share_opener(
+        &self,
+        password: &SecretBytes,
+        provider: &Arc<dyn CryptoProvider>,
+    ) -> Arc<oubli::ShareOpener> {
+        let (g, password, provider) = (self.clone(), password.clone(), provider.clone());
+        Arc::new(move |share: &oubli::ShareRecord| {
+            let vault = g
+                .open_vault_at(Path::new(&share.vault), &password, &provider)
+                .map_err(|f| f.message)?;
+            vault.load().map_err(|e| e.to_string())
         })
     }
 

@@ -124,6 +124,29 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
+/// Parses `90s`, `15m`, `12h`, `30d`, `2w` (a bare number is seconds) into seconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (e.g. 90m, 12h, 30d)"))?;
+    let per = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(format!("unknown unit in {s:?} (use s, m, h, d or w)")),
+    };
+    match n.checked_mul(per) {
+        Some(0) => Err(format!("duration {s:?} is zero")),
+        Some(secs) => Ok(secs),
+        None => Err(format!("duration {s:?} is too long")),
+    }
+}
+
 /// `--cell-size`: a size as [`parse_size`] reads it (`4K`, `32768`), within a `u32`.
 pub fn parse_cell_size(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size(s)?).map_err(|_| format!("cell size {s:?} is too large"))

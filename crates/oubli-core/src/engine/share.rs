@@ -1,0 +1,243 @@
+//! Key shares in the engine: create (the key goes to its own vault), open lazily, place an object under one, destroy; and the cell keys that depend on them.
+
+use super::*;
+use crate::share::{bind, check_name, ShareRecord};
+use crate::tree::KIND_SHARE;
+
+/// The epoch field of the record a destroyed share's vault holds: its key
+/// is random and the record says so, so that a share destroyed in its vault
+/// reads as destroyed even if the store never recorded it (a crash between
+/// the two).
+pub const SHARE_DESTROYED: u64 = u64::MAX;
+
+/// Opens a share's vault and returns its key (the front-end knows how to
+/// reach a vault address and which password to use). The engine checks
+/// that the record belongs to this store and share.
+pub type ShareOpener =
+    dyn Fn(&ShareRecord) -> std::result::Result<VaultRecord, String> + Send + Sync;
+
+/// A share as `oubli share ls` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareInfo {
+    pub id: u32,
+    pub name: String,
+    pub vault: String,
+    pub created_at: u64,
+    pub destroyed_at: Option<u64>,
+    /// Whether its key is open in this process.
+    pub open: bool,
+}
+
+impl Store {
+    /// Creates share `name`: a fresh random key, handed to `make_vault`
+    /// (which must create the vault at `vault_address` holding it) and kept
+    /// nowhere else. Durable when this returns.
+    pub fn share_create<V, F>(
+        &self,
+        name: &str,
+        vault_address: &str,
+        make_vault: F,
+    ) -> Result<ShareInfo>
+    where
+        V: Vault + 'static,
+        F: FnOnce(&VaultRecord) -> Result<V>,
+    {
+        check_name(name).map_err(Error::Invalid)?;
+        let mut e = self.lock();
+        e.mutable()?;
+        if e.shares.values().any(|s| s.name == name) {
+            return Err(Error::Exists(format!("share {name}")));
+        }
+        let id = e.shares.keys().next_back().map_or(1, |last| last + 1);
+        let record = VaultRecord {
+            store_id: e.store_id,
+            epoch: id as u64,
+            key: e.ctx.provider.random_key(),
+        };
+        make_vault(&record)?;
+        let share = ShareRecord {
+            id,
+            name: name.to_string(),
+            vault: vault_address.to_string(),
+            created_at: now_secs(),
+            destroyed_at: None,
+        };
+        e.share_keys.borrow_mut().insert(id, record.key.clone());
+        e.apply(
+            Op::PutShare {
+                share: share.clone(),
+            },
+            true,
+        )?;
+        e.flush()?;
+        Ok(e.share_info(&share))
+    }
+
+    /// Every share, in id order (destroyed ones included).
+    pub fn shares(&self) -> Vec<ShareInfo> {
+        let e = self.lock();
+        e.shares.values().map(|s| e.share_info(s)).collect()
+    }
+
+    /// How the engine opens a share's vault the first time data under it
+    /// is read or written (until then, and when it fails, that data gives
+    /// [`Error::ShareUnavailable`]; everything else works).
+    pub fn set_share_opener(&self, opener: Arc<ShareOpener>) {
+        self.lock().share_opener = Some(opener);
+    }
+
+    /// Places the empty object `oid` under share `name`: every cell written
+    /// to it from now on depends on the share's key too. Data written
+    /// before cannot be placed (its cells were sealed without it).
+    pub fn set_share(&self, oid: u64, name: &str) -> Result<()> {
+        let mut e = self.lock();
+        e.mutable()?;
+        e.record(oid)?;
+        let share = e.share_named(name)?;
+        e.share_key(share)?;
+        let has_data = !e
+            .keys_in(cell_key(oid, 0), Key::new(oid, KIND_CELL + 1, 0))?
+            .is_empty()
+            || e.dirty.range((oid, 0)..(oid + 1, 0)).next().is_some();
+        if has_data {
+            return Err(Error::Invalid(format!(
+                "object {oid} already holds data: only an empty object can be placed under share {name} (its existing cells were sealed without it)"
+            )));
+        }
+        e.apply(Op::SetShare { oid, share }, true)
+    }
+
+    /// The share object `oid` is placed under, by name.
+    pub fn share_of(&self, oid: u64) -> Result<Option<String>> {
+        let e = self.lock();
+        Ok(match e.tree.get(&Key::new(oid, KIND_SHARE, 0), &e.ctx)? {
+            Some(Value::Share(id)) => e.shares.get(&id).map(|s| s.name.clone()),
+            _ => None,
+        })
+    }
+
+    /// Destroys share `name`: its key in `vault` is replaced by a random
+    /// one and the old record erased (the vault's own overwrite), then the
+    /// store records the destruction and commits. Everything ever written
+    /// under the share is unrecoverable from then on — in the live store,
+    /// every snapshot and every old copy of the medium.
+    pub fn share_destroy(&self, name: &str, vault: &dyn Vault) -> Result<()> {
+        let mut e = self.lock();
+        e.mutable()?;
+        let id = e.share_named(name)?;
+        // Buffered data under the share is sealed with its key while it
+        // exists (the commit below could not seal it afterwards).
+        e.write_out_all()?;
+        let current = vault.load()?;
+        if current.store_id != e.store_id || current.epoch != id as u64 {
+            return Err(Error::Invalid(format!(
+                "the vault at {} does not hold share {name} of this store",
+                e.shares[&id].vault
+            )));
+        }
+        vault.store(&VaultRecord {
+            store_id: e.store_id,
+            epoch: SHARE_DESTROYED,
+            key: e.ctx.provider.random_key(),
+        })?;
+        vault.erase_leftovers()?;
+        e.share_keys.borrow_mut().remove(&id);
+        let mut share = e.shares[&id].clone();
+        share.destroyed_at = Some(now_secs());
+        e.apply(Op::PutShare { share }, true)?;
+        e.commit()
+    }
+}
+
+impl Engine {
+    fn share_info(&self, s: &ShareRecord) -> ShareInfo {
+        ShareInfo {
+            id: s.id,
+            name: s.name.clone(),
+            vault: s.vault.clone(),
+            created_at: s.created_at,
+            destroyed_at: s.destroyed_at,
+            open: self.share_keys.borrow().contains_key(&s.id),
+        }
+    }
+
+    /// The id of the live (not destroyed) share `name`.
+    fn share_named(&self, name: &str) -> Result<u32> {
+        self.shares
+            .values()
+            .find(|s| s.name == name && s.destroyed_at.is_none())
+            .map(|s| s.id)
+            .ok_or_else(|| Error::NoShare(name.to_string()))
+    }
+
+    /// The key of share `id`, opening its vault the first time.
+    pub(super) fn share_key(&self, id: u32) -> Result<SecretKey> {
+        let share = self.shares.get(&id).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "an object names share {id}, which the catalog does not list"
+            ))
+        })?;
+        if share.destroyed_at.is_some() {
+            return Err(Error::ShareDestroyed(share.name.clone()));
+        }
+        if let Some(key) = self.share_keys.borrow().get(&id) {
+            return Ok(key.clone());
+        }
+        let unavailable = |why: String| Error::ShareUnavailable {
+            name: share.name.clone(),
+            vault: share.vault.clone(),
+            why,
+        };
+        let opener = self
+            .share_opener
+            .as_ref()
+            .ok_or_else(|| unavailable("its vault has not been opened in this process".into()))?;
+        let record = opener(share).map_err(unavailable)?;
+        if record.store_id == self.store_id && record.epoch == SHARE_DESTROYED {
+            return Err(Error::ShareDestroyed(share.name.clone()));
+        }
+        if record.store_id != self.store_id || record.epoch != id as u64 {
+            return Err(unavailable(
+                "that vault holds another share or store's key".into(),
+            ));
+        }
+        self.share_keys.borrow_mut().insert(id, record.key.clone());
+        Ok(record.key)
+    }
+
+    /// The share key cells of `oid` in `tree` depend on, if any.
+    pub(super) fn share_key_in(&self, tree: &Tree, oid: u64) -> Result<Option<SecretKey>> {
+        if self.shares.is_empty() {
+            return Ok(None);
+        }
+        match tree.get(&Key::new(oid, KIND_SHARE, 0), &self.ctx)? {
+            Some(Value::Share(id)) => self.share_key(id).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// A cell's AEAD key from its key-tree key and its object's share key.
+    pub(super) fn bind_share(&self, share: Option<&SecretKey>, key: SecretKey) -> SecretKey {
+        match share {
+            Some(s) => bind(&*self.ctx.provider, s, &key),
+            None => key,
+        }
+    }
+
+    /// Applies a share op (from a front-end call or the intent log).
+    pub(super) fn apply_share_op(&mut self, op: &Op) -> Result<()> {
+        match op {
+            Op::PutShare { share } => {
+                if share.destroyed_at.is_some() {
+                    self.share_keys.borrow_mut().remove(&share.id);
+                }
+                self.shares.insert(share.id, share.clone());
+            }
+            Op::SetShare { oid, share } => {
+                self.tree_insert(Key::new(*oid, KIND_SHARE, 0), Value::Share(*share))?;
+            }
+            _ => unreachable!("not a share op"),
+        }
+        Ok(())
+    }
+}

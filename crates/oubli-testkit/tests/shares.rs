@@ -1,0 +1,245 @@
+//! Key shares against the adversary: destroying a share erases its data everywhere at once, even for whoever kept every main-vault key ever written.
+
+use oubli_core::{Error, Medium, ShareRecord, Store, Vault, VaultRecord};
+use oubli_media::{MemMedium, RecordingMedium};
+use oubli_testkit::marker::{self, Marker};
+use oubli_testkit::{harness, Adversary};
+use oubli_vault::MemoryVault;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+fn markers(data: &[u8]) -> BTreeSet<Marker> {
+    let mut out = BTreeSet::new();
+    marker::scan(data, &mut out);
+    out
+}
+
+/// The share vaults a test can reach, by address.
+type Reachable = Arc<Mutex<Vec<(String, Arc<MemoryVault>)>>>;
+
+/// An opener that reaches the share vaults of a test (by address).
+fn opener(vaults: Reachable) -> Arc<oubli_core::ShareOpener> {
+    Arc::new(move |share: &ShareRecord| {
+        let vaults = vaults.lock().unwrap();
+        let (_, v) = vaults
+            .iter()
+            .find(|(address, _)| *address == share.vault)
+            .ok_or_else(|| format!("no vault at {}", share.vault))?;
+        v.load().map_err(|e| e.to_string())
+    })
+}
+
+/// Data placed under a share: readable while the share's vault is there,
+/// in the live store and in a snapshot; after `share_destroy` the adversary
+/// holding every byte the medium ever held, every main-vault key ever
+/// written and the share vault's current content opens none of it, while
+/// data outside the share still opens. A control that kept a copy of the
+/// share's key before the destruction recovers it.
+#[test]
+fn a_destroyed_share_erases_its_data_even_from_every_old_main_key() {
+    let options = harness::options(41);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let share_vault = Arc::new(MemoryVault::empty());
+    let sv = share_vault.clone();
+    let info = store
+        .share_create("tenant-a", "mem:tenant-a", move |record: &VaultRecord| {
+            sv.store(record)?;
+            Ok(sv)
+        })
+        .unwrap();
+    assert_eq!((info.id, info.open), (1, true));
+
+    let secret = marker::data(1, 300_000);
+    let plain = marker::data(2, 200_000);
+    let a = store.create_object(b"").unwrap();
+    store.set_share(a, "tenant-a").unwrap();
+    store.write(a, 0, &secret).unwrap();
+    let b = store.create_object(b"").unwrap();
+    store.write(b, 0, &plain).unwrap();
+    store.commit().unwrap();
+    store.snapshot_create("before", None).unwrap();
+    // More writes to the shared object, flushed (in the log) and committed.
+    store.write(a, 100_000, &marker::data(3, 50_000)).unwrap();
+    store.flush().unwrap();
+    store.commit().unwrap();
+    assert_eq!(store.share_of(a).unwrap().as_deref(), Some("tenant-a"));
+    assert_eq!(store.share_of(b).unwrap(), None);
+    // An object with data cannot be placed under a share afterwards.
+    assert!(matches!(
+        store.set_share(b, "tenant-a"),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        store.set_share(b, "nobody"),
+        Err(Error::NoShare(_))
+    ));
+    let view = store.snapshot("before").unwrap();
+    assert!(view.read(a, 0, secret.len()).unwrap() == secret);
+    let key_copy = share_vault.load().unwrap();
+
+    // Before the destruction: with the share key, everything opens; without
+    // it, nothing under the share does, even with every main key.
+    let adversary = Adversary::seize(&recording);
+    let all_main_keys = vault.history();
+    let with_share = adversary.recovered_markers_with_shares(
+        &all_main_keys,
+        &[(1, key_copy.key.clone())],
+        options.provider.clone(),
+    );
+    let secret_markers = markers(&secret);
+    assert!(secret_markers.is_subset(&with_share));
+    let without_share = adversary.recovered_markers(&all_main_keys, options.provider.clone());
+    assert!(without_share.is_disjoint(&secret_markers));
+    assert!(markers(&plain).is_subset(&without_share));
+
+    store.share_destroy("tenant-a", &*share_vault).unwrap();
+    assert!(matches!(
+        store.read(a, 0, 10),
+        Err(Error::ShareDestroyed(name)) if name == "tenant-a"
+    ));
+    assert!(matches!(
+        store.snapshot("before").unwrap().read(a, 0, 10),
+        Err(Error::ShareDestroyed(_))
+    ));
+    assert!(store.read(b, 0, plain.len()).unwrap() == plain);
+    // The share vault holds a random key now, and nothing older.
+    let held = share_vault.readable_records().unwrap();
+    assert_eq!(held.len(), 1);
+    assert_ne!(held[0].key, key_copy.key);
+
+    // Every past medium state, every main key ever, the share vault now.
+    let adversary = Adversary::seize(&recording);
+    let recovered = adversary.recovered_markers_with_shares(
+        &vault.history(),
+        &[(1, held[0].key.clone())],
+        options.provider.clone(),
+    );
+    assert!(
+        recovered.is_disjoint(&secret_markers),
+        "destroyed share's data opened"
+    );
+    assert!(recovered.is_disjoint(&markers(&marker::data(3, 50_000))));
+    assert!(markers(&plain).is_subset(&recovered));
+    // Control: a copy of the share's key from before opens it all.
+    let control = adversary.recovered_markers_with_shares(
+        &vault.history(),
+        &[(1, key_copy.key.clone())],
+        options.provider.clone(),
+    );
+    assert!(secret_markers.is_subset(&control));
+    // Erased on purpose is not damage.
+    let report = store.fsck(&mut |_| {}).unwrap();
+    assert_eq!(report.problems, Vec::<String>::new());
+}
+
+/// A share whose vault cannot be reached: its data reads as an error that
+/// names the share and the vault; everything else works. Once the vault is
+/// back, the data reads. Shares survive reopening (the catalog).
+#[test]
+fn an_unreachable_share_vault_fails_only_its_data() {
+    let options = harness::options(42);
+    let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
+    let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let share_vault = Arc::new(MemoryVault::empty());
+    let sv = share_vault.clone();
+    store
+        .share_create("case-17", "usb-token-17", move |record: &VaultRecord| {
+            sv.store(record)?;
+            Ok(sv)
+        })
+        .unwrap();
+    let a = store.create_object(b"").unwrap();
+    store.set_share(a, "case-17").unwrap();
+    store.write(a, 0, b"privileged").unwrap();
+    let b = store.create_object(b"").unwrap();
+    store.write(b, 0, b"public").unwrap();
+    store.flush().unwrap();
+    drop(store);
+
+    // Reopened without the share vault.
+    let reachable = Arc::new(Mutex::new(Vec::new()));
+    let store = Store::open(
+        medium.clone() as Arc<dyn Medium>,
+        vault.clone(),
+        options.clone(),
+    )
+    .unwrap();
+    store.set_share_opener(opener(reachable.clone()));
+    match store.read(a, 0, 10) {
+        Err(Error::ShareUnavailable { name, vault, .. }) => {
+            assert_eq!((name.as_str(), vault.as_str()), ("case-17", "usb-token-17"))
+        }
+        other => panic!("expected ShareUnavailable, got {other:?}"),
+    }
+    assert!(store.write(a, 0, b"x").is_err());
+    assert_eq!(store.read(b, 0, 6).unwrap(), b"public");
+    assert_eq!(store.shares()[0].name, "case-17");
+    assert!(!store.shares()[0].open);
+    // The token is plugged in.
+    reachable
+        .lock()
+        .unwrap()
+        .push(("usb-token-17".to_string(), share_vault.clone()));
+    assert_eq!(store.read(a, 0, 10).unwrap(), b"privileged");
+    assert!(store.shares()[0].open);
+    store.commit().unwrap();
+    drop(store);
+    let store = Store::open(medium as Arc<dyn Medium>, vault, options).unwrap();
+    store.set_share_opener(opener(reachable));
+    assert_eq!(store.read(a, 0, 10).unwrap(), b"privileged");
+    assert_eq!(store.objects().unwrap().len(), 3);
+}
+
+/// A long workload with snapshots and shares (created, used, destroyed)
+/// among writes, deletes and cleaner runs: after every few commits the
+/// adversary holds every byte ever written, the vault and every share
+/// vault's content; nothing deleted or under a destroyed share opens,
+/// everything live does, and the store matches the model.
+#[test]
+fn shares_and_snapshots_under_the_adversary_for_many_epochs() {
+    use oubli_testkit::adversary::check_promise;
+    use oubli_testkit::workload::{Runner, Step, Workload};
+    let options = harness::options(43);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let workload = Workload::with_shares(43, 1400, 64 * 1024, 25);
+    let mut runner = Runner::default();
+    for step in &workload.steps {
+        runner.step(&store, step).expect("step");
+        if *step == Step::Commit && runner.commits % 3 == 0 {
+            check_promise(&recording, &*vault, &runner, options.provider.clone());
+        }
+    }
+    store.commit().unwrap();
+    runner.note_commit();
+    check_promise(&recording, &*vault, &runner, options.provider.clone());
+    assert_eq!(runner.model.diff(&store), None);
+    let mut under_destroyed = BTreeSet::new();
+    let snapshots = runner.model.snapshots.values().flat_map(|s| s.iter());
+    for (oid, data) in runner.model.objects.iter().chain(snapshots) {
+        if runner.model.destroyed.contains(oid) {
+            marker::scan(data, &mut under_destroyed);
+        }
+    }
+    println!(
+        "shares: {} epochs, {} shares ({} destroyed), {} objects under destroyed shares holding {} marker blocks, none recovered",
+        runner.commits,
+        runner.shares.len(),
+        runner.shares.iter().filter(|s| s.2).count(),
+        runner.model.destroyed.len(),
+        under_destroyed.len()
+    );
+    assert!(runner.commits >= 20);
+    assert!(runner.shares.iter().filter(|s| s.2).count() >= 3);
+    assert!(under_destroyed.len() > 50, "{}", under_destroyed.len());
+    assert!(under_destroyed.is_subset(&runner.erased));
+    assert_eq!(
+        store.fsck(&mut |_| {}).unwrap().problems,
+        Vec::<String>::new()
+    );
+}

@@ -1,0 +1,140 @@
+//! `oubli snapshot create|ls|rm`: kept versions of the whole store, directly or through a live mount's or server's control socket.
+
+use crate::failure::Failure;
+use crate::session::{Access, Global};
+use crate::ui;
+use clap::Subcommand;
+use oubli::report::{snapshot_reports, SnapshotReport};
+use std::path::PathBuf;
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Keep the whole store as it is now, read-only, in constant time
+    Create {
+        /// The snapshot's name (1 to 255 bytes; no '/', '@' or control characters)
+        name: String,
+        /// Remove the snapshot automatically after this long (e.g. 90m, 12h, 30d, 2w)
+        #[arg(long, value_name = "DURATION", value_parser = ui::parse_duration)]
+        expire: Option<u64>,
+        /// A live `oubli mount`: snapshot the store mounted there (instead of --store)
+        mountpoint: Option<PathBuf>,
+    },
+    /// List snapshots with the space each holds alone ("unique") and shares
+    Ls {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        /// A live `oubli mount`: the store mounted there (instead of --store)
+        mountpoint: Option<PathBuf>,
+    },
+    /// Remove a snapshot: what only it holds is erased at the next commit
+    Rm {
+        name: String,
+        /// Commit at once, so that its data is unrecoverable when the command returns
+        #[arg(long)]
+        purge: bool,
+        /// A live `oubli mount`: the store mounted there (instead of --store)
+        mountpoint: Option<PathBuf>,
+    },
+}
+
+pub fn run(g: &Global, command: SnapshotCommand) -> Result<String, Failure> {
+    match command {
+        SnapshotCommand::Create {
+            name,
+            expire,
+            mountpoint,
+        } => create(&g.at_mount(mountpoint.as_deref())?, &name, expire),
+        SnapshotCommand::Ls { json, mountpoint } => ls(&g.at_mount(mountpoint.as_deref())?, json),
+        SnapshotCommand::Rm {
+            name,
+            purge,
+            mountpoint,
+        } => rm(&g.at_mount(mountpoint.as_deref())?, &name, purge),
+    }
+}
+
+fn create(g: &Global, name: &str, expire: Option<u64>) -> Result<String, Failure> {
+    oubli::crates::core::snapshot::check_name(name).map_err(Failure::usage)?;
+    let expires_at = expire.map(|d| ui::now() + d);
+    let until = match expires_at {
+        Some(t) => format!(", expires {} UTC", ui::date(t)),
+        None => String::new(),
+    };
+    let at = expires_at.map_or("-".to_string(), |t| t.to_string());
+    if let Some(reply) = g.control(&format!("snapshot-create {at} {name}"))? {
+        reply.map_err(|e| g.control_failure(e))?;
+        return Ok(format!(
+            "created snapshot {name} (by the process holding the store){until}\n"
+        ));
+    }
+    let session = g.open(Access::Write)?;
+    session
+        .store
+        .snapshot_create(name, expires_at)
+        .map_err(|e| g.fail(e))?;
+    Ok(format!("created snapshot {name}{until}\n"))
+}
+
+fn ls(g: &Global, json: bool) -> Result<String, Failure> {
+    let list: Vec<SnapshotReport> = match g.control("snapshot-ls")? {
+        Some(reply) => {
+            let text = reply.map_err(|e| g.control_failure(e))?;
+            serde_json::from_str(&text)
+                .map_err(|e| g.control_failure(format!("unreadable snapshot list ({e}): {text}")))?
+        }
+        None => {
+            let session = g.open(Access::Read)?;
+            snapshot_reports(&session.store).map_err(|e| g.fail(e))?
+        }
+    };
+    if json {
+        return Ok(serde_json::to_string_pretty(&list).expect("plain data") + "\n");
+    }
+    if list.is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = format!(
+        "{:<24} {:<16} {:>7} {:>10} {:>10}  {}\n",
+        "NAME", "CREATED (UTC)", "EPOCH", "UNIQUE", "SHARED", "EXPIRES (UTC)"
+    );
+    for s in list {
+        out.push_str(&format!(
+            "{:<24} {:<16} {:>7} {:>10} {:>10}  {}\n",
+            s.name,
+            ui::date(s.created_at),
+            s.epoch,
+            ui::size(s.unique_bytes),
+            ui::size(s.shared_bytes),
+            s.expires_at.map_or("-".to_string(), ui::date)
+        ));
+    }
+    Ok(out)
+}
+
+fn rm(g: &Global, name: &str, purge: bool) -> Result<String, Failure> {
+    let mode = if purge { "purge" } else { "keep" };
+    let by = match g.control(&format!("snapshot-rm {mode} {name}"))? {
+        Some(reply) => {
+            reply.map_err(|e| g.control_failure(e))?;
+            " (by the process holding the store)"
+        }
+        None => {
+            let session = g.open(Access::Write)?;
+            session.store.snapshot_remove(name).map_err(|e| g.fail(e))?;
+            if purge {
+                session.store.commit().map_err(|e| g.fail(e))?;
+            }
+            ""
+        }
+    };
+    Ok(if purge {
+        format!(
+            "removed snapshot {name}{by} and committed: what only it held is now unrecoverable\n"
+        )
+    } else {
+        format!(
+            "removed snapshot {name}{by}; what only it held is erased at the next commit (run `oubli commit` to erase it now)\n"
+        )
+    })
+}

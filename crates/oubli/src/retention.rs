@@ -1,0 +1,110 @@
+//! Snapshot retention for long-running processes: automatic snapshots every so often, the oldest dropped beyond a count, expired ones removed.
+
+use oubli_core::{Result, Store};
+use std::time::Duration;
+
+/// Names of automatic snapshots start with this (then the UTC time).
+pub const AUTO_PREFIX: &str = "auto-";
+
+/// What a mount or server does with snapshots on its timer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Take an automatic snapshot when the newest one is this old.
+    pub every: Option<Duration>,
+    /// Keep at most this many automatic snapshots (the oldest go first).
+    pub keep: Option<usize>,
+}
+
+/// One thing [`tick`] did, for the process's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Created(String),
+    Expired(String),
+    Dropped(String),
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Created(n) => write!(f, "took snapshot {n}"),
+            Event::Expired(n) => write!(f, "removed expired snapshot {n}"),
+            Event::Dropped(n) => write!(f, "removed snapshot {n} (beyond --snapshot-keep)"),
+        }
+    }
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC.
+fn stamp(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Removes expired snapshots, takes an automatic snapshot when `every` has
+/// passed since the newest automatic one, and drops the oldest automatic
+/// ones beyond `keep`. Removal is erasure at the next commit, as always.
+pub fn tick(store: &Store, retention: &Retention, now: u64) -> Result<Vec<Event>> {
+    let mut events: Vec<Event> = store
+        .expire_snapshots(now)?
+        .into_iter()
+        .map(Event::Expired)
+        .collect();
+    let automatic = |store: &Store| {
+        let mut list: Vec<_> = store
+            .snapshots()
+            .into_iter()
+            .filter(|s| s.name.starts_with(AUTO_PREFIX))
+            .collect();
+        list.sort_by_key(|s| (s.created_at, s.name.clone()));
+        list
+    };
+    if let Some(every) = retention.every {
+        let newest = automatic(store).last().map(|s| s.created_at);
+        if newest.is_none_or(|t| now.saturating_sub(t) >= every.as_secs()) {
+            let mut name = format!("{AUTO_PREFIX}{}", stamp(now));
+            let taken: Vec<String> = store.snapshots().into_iter().map(|s| s.name).collect();
+            let mut n = 1;
+            while taken.contains(&name) {
+                n += 1;
+                name = format!("{AUTO_PREFIX}{}-{n}", stamp(now));
+            }
+            store.snapshot_create(&name, None)?;
+            events.push(Event::Created(name));
+        }
+    }
+    if let Some(keep) = retention.keep {
+        let list = automatic(store);
+        for old in list.iter().take(list.len().saturating_sub(keep)) {
+            store.snapshot_remove(&old.name)?;
+            events.push(Event::Dropped(old.name.clone()));
+        }
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_dates() {
+        assert_eq!(stamp(0), "19700101-000000");
+        assert_eq!(stamp(1_795_000_000), "20261118-110640");
+        assert_eq!(stamp(951_782_400), "20000229-000000");
+    }
+}

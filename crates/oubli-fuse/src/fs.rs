@@ -17,7 +17,8 @@ use crate::meta::{Attr, Timestamp, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use crate::options::MountOptions;
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use oubli_core::{EpochPolicy, Error as StoreError, Store, ROOT_DIR};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -31,6 +32,10 @@ pub(crate) const NAME_MAX: usize = 255;
 pub(crate) const XATTR_ROOM: usize = 64 * 1024;
 /// The extended attribute that marks a file or directory sensitive.
 pub const SENSITIVE_XATTR: &[u8] = b"user.oubli.sensitive";
+/// The extended attribute that names a key share: on a directory, every
+/// file created beneath it is placed under the share; on an empty file, the
+/// file itself (docs/FUSE.md, "Key shares").
+pub const SHARE_XATTR: &[u8] = b"user.oubli.share";
 /// Prefix of the names a `RENAME_EXCHANGE` parks one side under while it swaps (visible, so a crash loses nothing).
 const EXCHANGE_PREFIX: &str = ".oubli-exchange-";
 
@@ -148,6 +153,10 @@ pub(crate) struct Fs {
     blksize: u32,
     read_only: bool,
     space_from: Option<PathBuf>,
+    /// The root's listing shows `.snapshots` (`-o snapdir=visible`).
+    show_snapdir: bool,
+    /// Tells the kernel about names removed other than by its own requests (redaction).
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 fn kind_of(mode: u32) -> FileType {
@@ -251,6 +260,8 @@ impl Fs {
             blksize: status.cell_size.max(64 * 1024),
             read_only: opts.read_only,
             space_from: opts.space_from.clone(),
+            show_snapdir: opts.snapdir_visible,
+            notifier: std::sync::OnceLock::new(),
         };
         let node = Arc::new(Node {
             oid: ROOT_DIR,
@@ -571,13 +582,31 @@ impl Fs {
                 // Sensitivity is inherited by everything created inside.
                 attr.xattrs.insert(SENSITIVE_XATTR.to_vec(), v.clone());
             }
+            if let Some(v) = pst.attr.xattrs.get(SHARE_XATTR) {
+                // So is a share, by the files (whose data it keys) and the
+                // directories (which pass it on) created inside.
+                if matches!(attr.kind(), S_IFREG | S_IFDIR) {
+                    attr.xattrs.insert(SHARE_XATTR.to_vec(), v.clone());
+                }
+            }
         }
+        let share = match attr.kind() {
+            S_IFREG => attr.xattrs.get(SHARE_XATTR).cloned(),
+            _ => None,
+        };
         let is_dir = attr.is_dir();
         if is_dir {
             attr.parent = parent;
         }
         let size = attr.symlink.as_ref().map_or(0, |t| t.len() as u64);
         let oid = self.store.create_object(&attr.encode()).map_err(errno)?;
+        if let Some(share) = share {
+            // Before the name exists: the file is never seen outside its share.
+            if let Err(e) = self.place_under_share(oid, &share) {
+                let _ = self.store.delete(oid);
+                return Err(e);
+            }
+        }
         if is_dir {
             self.adjust_dir(&dir, 1, now)?;
         } else {
@@ -1292,7 +1321,17 @@ impl Fs {
         if deleted {
             return Ok(out);
         }
+        if ino == ROOT_DIR && self.show_snapdir {
+            out.push(DirEntry {
+                ino: crate::snapdir::SNAPDIR_INO,
+                kind: FileType::Directory,
+                name: crate::snapdir::SNAPDIR_NAME.to_vec(),
+            });
+        }
         for (name, target) in self.store.list(ino).map_err(errno)? {
+            if ino == ROOT_DIR && name == crate::snapdir::SNAPDIR_NAME {
+                continue; // shadowed by the snapshot directory
+            }
             // A name whose object is gone cannot be opened; leave it out.
             if let Some(kind) = self.peek_kind(target) {
                 out.push(DirEntry {
@@ -1311,6 +1350,45 @@ impl Fs {
 
     // --- extended attributes -------------------------------------------------
 
+    /// Binds an empty object's cells to the share named `value`.
+    fn place_under_share(&self, oid: u64, value: &[u8]) -> R<()> {
+        let name = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        self.store.set_share(oid, name).map_err(|e| {
+            eprintln!("oubli-fuse: placing object {oid} under share {name:?}: {e}");
+            match e {
+                StoreError::NoShare(_) | StoreError::ShareDestroyed(_) => Errno::EINVAL,
+                other => errno(other),
+            }
+        })
+    }
+
+    /// `setxattr(user.oubli.share)`: a directory passes the share on to what
+    /// is created in it; an empty file is placed under it at once. A file
+    /// that holds data, or another share already, is refused (EBUSY): data
+    /// written before is never moved under a share (THREAT_MODEL.md).
+    fn set_share_xattr(&self, ino: u64, st: &State, value: &[u8]) -> R<()> {
+        let name = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        let known = self
+            .store
+            .shares()
+            .into_iter()
+            .any(|s| s.name == name && s.destroyed_at.is_none());
+        if !known {
+            eprintln!("oubli-fuse: no share {name:?} (oubli share ls)");
+            return Err(Errno::EINVAL);
+        }
+        match st.attr.kind() {
+            S_IFDIR => Ok(()),
+            S_IFREG => match self.store.share_of(ino).map_err(errno)? {
+                Some(current) if current == name => Ok(()),
+                Some(_) => Err(Errno::EBUSY),
+                None if st.size > 0 => Err(Errno::EBUSY),
+                None => self.place_under_share(ino, value),
+            },
+            _ => Err(Errno::EPERM),
+        }
+    }
+
     pub(crate) fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> R<()> {
         self.writable()?;
         check_xattr_name(name)?;
@@ -1327,6 +1405,9 @@ impl Fs {
         let old = st.attr.xattrs.get(name).map_or(0, |v| name.len() + v.len());
         if st.attr.xattr_bytes() - old + name.len() + value.len() > XATTR_ROOM {
             return Err(Errno::ENOSPC);
+        }
+        if name == SHARE_XATTR {
+            self.set_share_xattr(ino, &st, value)?;
         }
         st.attr.xattrs.insert(name.to_vec(), value.to_vec());
         st.attr.ctime = Timestamp::now();
@@ -1357,6 +1438,10 @@ impl Fs {
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
         st.changeable()?;
+        if name == SHARE_XATTR && st.attr.kind() == S_IFREG && st.attr.xattrs.contains_key(name) {
+            // A file's data stays under its share for good.
+            return Err(Errno::EPERM);
+        }
         if st.attr.xattrs.remove(name).is_none() {
             return Err(Errno::NO_XATTR);
         }
@@ -1372,6 +1457,9 @@ impl Fs {
         let st = lock(&node.st);
         if mask == libc::F_OK {
             return Ok(());
+        }
+        if mask & libc::W_OK != 0 && self.read_only {
+            return Err(Errno::EROFS);
         }
         let mode = st.attr.mode;
         if caller.uid == 0 {
@@ -1476,12 +1564,154 @@ impl Fs {
         }
     }
 
+    /// Runs `f` with no namespace operation half done and every pending
+    /// attribute written (a snapshot then shows what a clean unmount would).
+    pub(crate) fn quiesced<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        let _g = self.exclusive();
+        self.persist_all();
+        f(&self.store)
+    }
+
+    /// Erases the file or directory tree at `path` (components from the
+    /// root) from the live tree and from every snapshot: the live names go
+    /// as by `rm -r` (every hard link of the objects too), and each snapshot
+    /// loses the objects at that path in it and the objects removed here.
+    pub(crate) fn redact(&self, path: &[Vec<u8>]) -> io::Result<crate::Redacted> {
+        let store_err = |e: StoreError| io::Error::other(e.to_string());
+        let sys = |e: Errno| io::Error::from_raw_os_error(e.code());
+        self.writable().map_err(sys)?;
+        let (last, dirs) = path.split_last().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "redact needs a path below the mount point",
+            )
+        })?;
+        let mut oids = BTreeSet::new();
+        let live = resolve(&self.store, path).map_err(store_err)?;
+        if let Some(oid) = live {
+            subtree(&self.store, oid, &mut oids).map_err(store_err)?;
+        }
+        for snap in self.store.snapshots() {
+            let view = self.store.snapshot(&snap.name).map_err(store_err)?;
+            if let Some(oid) = resolve(&view, path).map_err(store_err)? {
+                subtree(&view, oid, &mut oids).map_err(store_err)?;
+            }
+        }
+        if oids.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        if let Some(oid) = live {
+            let parent = resolve(&self.store, dirs)
+                .map_err(store_err)?
+                .unwrap_or(ROOT_DIR);
+            self.remove_tree(parent, last, oid).map_err(sys)?;
+            // Other hard links of the removed files, anywhere in the tree.
+            for (dir, name) in self.names_of(&oids).map_err(store_err)? {
+                match self.unlink(dir, &name) {
+                    Ok(()) => self.tell_kernel_gone(dir, &name),
+                    Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(sys(e)),
+                }
+            }
+        }
+        let oids: Vec<u64> = oids.into_iter().collect();
+        let still_open = oids
+            .iter()
+            .filter(|&&oid| self.store.exists(oid).unwrap_or(false))
+            .count();
+        let snapshots = self.store.redact_snapshots(&oids).map_err(store_err)?;
+        Ok(crate::Redacted {
+            live: live.is_some(),
+            objects: oids.len(),
+            still_open,
+            snapshots,
+        })
+    }
+
+    /// `rm -r` of `name` in `parent` (object `oid`), through the usual calls.
+    fn remove_tree(&self, parent: u64, name: &[u8], oid: u64) -> R<()> {
+        let is_dir = self.fetch(oid)?.0.is_dir();
+        if is_dir {
+            for (child, target) in self.store.list(oid).map_err(errno)? {
+                self.remove_tree(oid, &child, target)?;
+            }
+            self.rmdir(parent, name)?;
+        } else {
+            self.unlink(parent, name)?;
+        }
+        self.tell_kernel_gone(parent, name);
+        Ok(())
+    }
+
+    /// Drops the kernel's cached name, which it did not remove itself.
+    fn tell_kernel_gone(&self, parent: u64, name: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        if let Some(n) = self.notifier.get() {
+            // ENOENT: the kernel did not have it cached.
+            let _ = n.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(name));
+        }
+    }
+
+    /// Every live name (directory, name) that points at one of `oids` (a
+    /// walk of the whole tree; empty at once when none of them is linked).
+    fn names_of(&self, oids: &BTreeSet<u64>) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let linked = oids.iter().any(|&oid| {
+            self.fetch(oid)
+                .map(|(a, _)| a.nlink > 0 && !a.is_dir())
+                .unwrap_or(false)
+        });
+        let mut out = Vec::new();
+        if !linked {
+            return Ok(out);
+        }
+        let mut dirs = vec![ROOT_DIR];
+        while let Some(dir) = dirs.pop() {
+            for (name, target) in self.store.list(dir)? {
+                if oids.contains(&target) {
+                    out.push((dir, name));
+                } else if self.fetch(target).is_ok_and(|(a, _)| a.is_dir()) {
+                    dirs.push(target);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     #[cfg(test)]
     pub(crate) fn fs_record(&self) -> Option<crate::meta::FsRecord> {
         let root = self.cached(ROOT_DIR)?;
         let st = lock(&root.st);
         st.attr.fs.clone()
     }
+}
+
+/// The object at `path` (components from the root) in `store`, if any.
+fn resolve(store: &Store, path: &[Vec<u8>]) -> Result<Option<u64>, StoreError> {
+    let mut at = ROOT_DIR;
+    for name in path {
+        match store.lookup(at, name)? {
+            Some(next) => at = next,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(at))
+}
+
+/// Adds `oid` and, for a directory, every object beneath it in `store` to
+/// `out` (which may hold objects found in other roots: each root is walked
+/// in full, since the same directory may hold other files in each).
+fn subtree(store: &Store, oid: u64, out: &mut BTreeSet<u64>) -> Result<(), StoreError> {
+    let mut todo = vec![oid];
+    let mut seen = BTreeSet::new();
+    while let Some(oid) = todo.pop() {
+        if !seen.insert(oid) {
+            continue;
+        }
+        out.insert(oid);
+        // A file lists no names.
+        todo.extend(store.list(oid)?.into_iter().map(|(_, target)| target));
+    }
+    Ok(())
 }
 
 fn check_xattr_name(name: &[u8]) -> R<()> {

@@ -1,10 +1,15 @@
 //! The kernel side: `fuser::Filesystem` requests translated to [`Fs`] calls and their replies.
+//!
+//! Each request is routed by its inode number ([`crate::snapdir`]): the live
+//! file system, `.snapshots`, or one snapshot's read-only file system, whose
+//! replies carry their inode numbers translated back.
 
-use crate::fs::{Caller, Fs, SetAttr, NAME_MAX};
+use crate::fs::{Caller, DirEntry, Fs, SetAttr, NAME_MAX, R};
 use crate::meta::Timestamp;
+use crate::snapdir::{self, attr_in, in_snapshot, Place, Snapdir, SNAPDIR_INO, SNAPDIR_NAME};
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -23,15 +28,106 @@ const MAX_IO: u32 = 1 << 20;
 
 pub(crate) struct Kernel {
     pub(crate) fs: Arc<Fs>,
+    snaps: Snapdir,
     destroyed: bool,
 }
 
 impl Kernel {
-    pub(crate) fn new(fs: Arc<Fs>) -> Kernel {
+    pub(crate) fn new(fs: Arc<Fs>, snaps: Snapdir) -> Kernel {
         Kernel {
             fs,
+            snaps,
             destroyed: false,
         }
+    }
+
+    /// The file system serving `ino`, the object there, and its slot (0:
+    /// live). `.snapshots` has no object: EROFS for what would change it,
+    /// the callers that can read it handle it first.
+    fn on(&self, ino: u64) -> R<(Arc<Fs>, u64, u16)> {
+        match self.snaps.place(ino)? {
+            Place::Live(oid) => Ok((self.fs.clone(), oid, 0)),
+            Place::Snapdir => Err(Errno::EROFS),
+            Place::Snap { slot, fs, oid } => Ok((fs, oid, slot)),
+        }
+    }
+
+    /// Runs an inode request on its file system, translating the reply's inode.
+    fn attr_of(
+        &self,
+        ino: u64,
+        f: impl FnOnce(&Fs, u64) -> R<fuser::FileAttr>,
+    ) -> R<fuser::FileAttr> {
+        let (fs, oid, slot) = self.on(ino)?;
+        f(&fs, oid).map(|a| attr_in(slot, a))
+    }
+
+    /// A change under `parent` named `name`: only in the live tree, and
+    /// never to `.snapshots` itself (`creating`: it exists, EEXIST).
+    fn live_parent(&self, parent: u64, name: &[u8], creating: bool) -> R<()> {
+        if in_snapshot(parent) {
+            return Err(Errno::EROFS);
+        }
+        if parent == oubli_core::ROOT_DIR && name == SNAPDIR_NAME {
+            return Err(if creating {
+                Errno::EEXIST
+            } else {
+                Errno::EROFS
+            });
+        }
+        Ok(())
+    }
+
+    fn snapdir_attr(&self) -> R<fuser::FileAttr> {
+        Ok(self.snaps.attr(self.fs.getattr(oubli_core::ROOT_DIR)?))
+    }
+
+    fn lookup_in(&self, parent: u64, name: &[u8]) -> R<fuser::FileAttr> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        match self.snaps.place(parent)? {
+            Place::Live(oubli_core::ROOT_DIR) if name == SNAPDIR_NAME => self.snapdir_attr(),
+            Place::Live(oid) => self.fs.lookup(oid, name),
+            Place::Snapdir => match name {
+                b"." => self.snapdir_attr(),
+                b".." => self.fs.lookup(oubli_core::ROOT_DIR, b"."),
+                _ => {
+                    let (slot, fs) = self.snaps.lookup(name)?;
+                    fs.lookup(oubli_core::ROOT_DIR, b".")
+                        .map(|a| attr_in(slot, a))
+                }
+            },
+            Place::Snap {
+                oid: oubli_core::ROOT_DIR,
+                ..
+            } if name == b".." => self.snapdir_attr(),
+            Place::Snap { slot, fs, oid } => fs.lookup(oid, name).map(|a| attr_in(slot, a)),
+        }
+    }
+
+    /// `.snapshots`' listing: `.`, `..`, then one directory per snapshot.
+    fn snapdir_listing(&self) -> R<Vec<DirEntry>> {
+        let mut out = vec![
+            DirEntry {
+                ino: SNAPDIR_INO,
+                kind: FileType::Directory,
+                name: b".".to_vec(),
+            },
+            DirEntry {
+                ino: oubli_core::ROOT_DIR,
+                kind: FileType::Directory,
+                name: b"..".to_vec(),
+            },
+        ];
+        for (name, ino) in self.snaps.entries()? {
+            out.push(DirEntry {
+                ino,
+                kind: FileType::Directory,
+                name,
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -49,9 +145,20 @@ fn time(t: TimeOrNow) -> Option<Timestamp> {
     }
 }
 
+/// How long the kernel may keep a name or attribute of `ino`: snapshots'
+/// not at all, so that a snapshot removed or redacted (by the control
+/// socket, retention, another thread) is gone from the next lookup on.
+fn ttl(ino: INodeNo) -> Duration {
+    if in_snapshot(ino.0) {
+        Duration::ZERO
+    } else {
+        TTL
+    }
+}
+
 fn entry(reply: ReplyEntry, r: Result<fuser::FileAttr, Errno>) {
     match r {
-        Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+        Ok(attr) => reply.entry(&ttl(attr.ino), &attr, Generation(0)),
         Err(e) => reply.error(e),
     }
 }
@@ -96,16 +203,23 @@ impl Filesystem for Kernel {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        entry(reply, self.lookup_in(parent.0, name.as_bytes()));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        if let Ok((fs, oid, _)) = self.on(ino.0) {
+            fs.forget(oid, nlookup);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
-            Ok(attr) => reply.attr(&TTL, &attr),
+        let attr = if ino.0 == SNAPDIR_INO {
+            self.snapdir_attr()
+        } else {
+            self.attr_of(ino.0, |fs, oid| fs.getattr(oid))
+        };
+        match attr {
+            Ok(attr) => reply.attr(&ttl(attr.ino), &attr),
             Err(e) => reply.error(e),
         }
     }
@@ -137,14 +251,14 @@ impl Filesystem for Kernel {
             mtime: mtime.map(time),
             ctime: ctime.map(Timestamp::from_system),
         };
-        match self.fs.setattr(ino.0, change, caller(req)) {
+        match self.attr_of(ino.0, |fs, oid| fs.setattr(oid, change, caller(req))) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(e) => reply.error(e),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
+        match self.on(ino.0).and_then(|(fs, oid, _)| fs.readlink(oid)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -160,10 +274,13 @@ impl Filesystem for Kernel {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let name = name.as_bytes();
         entry(
             reply,
-            self.fs
-                .mknod(parent.0, name.as_bytes(), mode, umask, rdev, caller(req)),
+            self.live_parent(parent.0, name, true).and_then(|()| {
+                self.fs
+                    .mknod(parent.0, name, mode, umask, rdev, caller(req))
+            }),
         );
     }
 
@@ -176,19 +293,30 @@ impl Filesystem for Kernel {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let name = name.as_bytes();
         entry(
             reply,
-            self.fs
-                .mkdir(parent.0, name.as_bytes(), mode, umask, caller(req)),
+            self.live_parent(parent.0, name, true)
+                .and_then(|()| self.fs.mkdir(parent.0, name, mode, umask, caller(req))),
         );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+        let name = name.as_bytes();
+        empty(
+            reply,
+            self.live_parent(parent.0, name, false)
+                .and_then(|()| self.fs.unlink(parent.0, name)),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+        let name = name.as_bytes();
+        empty(
+            reply,
+            self.live_parent(parent.0, name, false)
+                .and_then(|()| self.fs.rmdir(parent.0, name)),
+        );
     }
 
     fn symlink(
@@ -199,14 +327,13 @@ impl Filesystem for Kernel {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let name = link_name.as_bytes();
         entry(
             reply,
-            self.fs.symlink(
-                parent.0,
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-                caller(req),
-            ),
+            self.live_parent(parent.0, name, true).and_then(|()| {
+                self.fs
+                    .symlink(parent.0, name, target.as_os_str().as_bytes(), caller(req))
+            }),
         );
     }
 
@@ -220,15 +347,20 @@ impl Filesystem for Kernel {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let (name, newname) = (name.as_bytes(), newname.as_bytes());
+        let checked = self
+            .live_parent(newparent.0, newname, false)
+            .and_then(|()| match self.live_parent(parent.0, name, false) {
+                // Out of a snapshot into the live tree: another device, as for ZFS's .zfs.
+                Err(Errno::EROFS) if in_snapshot(parent.0) => Err(Errno::EXDEV),
+                other => other,
+            });
         empty(
             reply,
-            self.fs.rename(
-                parent.0,
-                name.as_bytes(),
-                newparent.0,
-                newname.as_bytes(),
-                flags.bits(),
-            ),
+            checked.and_then(|()| {
+                self.fs
+                    .rename(parent.0, name, newparent.0, newname, flags.bits())
+            }),
         );
     }
 
@@ -240,12 +372,28 @@ impl Filesystem for Kernel {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+        let newname = newname.as_bytes();
+        let checked = self.live_parent(newparent.0, newname, true).and_then(|()| {
+            if in_snapshot(ino.0) {
+                Err(Errno::EXDEV)
+            } else {
+                Ok(())
+            }
+        });
+        entry(
+            reply,
+            checked.and_then(|()| self.fs.link(ino.0, newparent.0, newname)),
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        match self.fs.open(ino.0, write) {
+        match self.on(ino.0).and_then(|(fs, oid, _)| fs.open(oid, write)) {
+            // A snapshot's data bypasses the page cache: nothing of a removed
+            // or redacted snapshot stays readable from the kernel's copy.
+            Ok(()) if in_snapshot(ino.0) => {
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO)
+            }
             // Every change passes through this mount, so cached pages stay valid across opens.
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
@@ -263,7 +411,10 @@ impl Filesystem for Kernel {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size) {
+        match self
+            .on(ino.0)
+            .and_then(|(fs, oid, _)| fs.read(oid, offset, size))
+        {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
         }
@@ -281,7 +432,10 @@ impl Filesystem for Kernel {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        match self
+            .on(ino.0)
+            .and_then(|(fs, oid, _)| fs.write(oid, offset, data))
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -309,7 +463,9 @@ impl Filesystem for Kernel {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(ino.0);
+        if let Ok((fs, oid, _)) = self.on(ino.0) {
+            fs.release(oid);
+        }
         reply.ok();
     }
 
@@ -321,11 +477,16 @@ impl Filesystem for Kernel {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fsync(ino.0));
+        empty(reply, self.on(ino.0).and_then(|(fs, oid, _)| fs.fsync(oid)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.opendir(ino.0) {
+        let opened = if ino.0 == SNAPDIR_INO {
+            Ok(0) // listed afresh at every readdir from offset 0
+        } else {
+            self.on(ino.0).and_then(|(fs, oid, _)| fs.opendir(oid))
+        };
+        match opened {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
@@ -339,9 +500,31 @@ impl Filesystem for Kernel {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.fs.readdir(ino.0, fh.0, offset, &mut |e, next| {
-            reply.add(INodeNo(e.ino), next, e.kind, OsStr::from_bytes(&e.name))
-        });
+        // `snap_root`: listing a snapshot's root, whose parent is `.snapshots`.
+        let mut add = |e: &DirEntry, next: u64, slot: u16, snap_root: bool| {
+            let ino = match e.name.as_slice() {
+                b".." if snap_root => SNAPDIR_INO,
+                _ if e.ino == SNAPDIR_INO => SNAPDIR_INO,
+                _ => snapdir::ino(slot, e.ino),
+            };
+            reply.add(INodeNo(ino), next, e.kind, OsStr::from_bytes(&e.name))
+        };
+        let r = if ino.0 == SNAPDIR_INO {
+            self.snapdir_listing().map(|entries| {
+                for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+                    if add(e, i as u64 + 1, 0, false) {
+                        break;
+                    }
+                }
+            })
+        } else {
+            self.on(ino.0).and_then(|(fs, oid, slot)| {
+                let snap_root = slot > 0 && oid == oubli_core::ROOT_DIR;
+                fs.readdir(oid, fh.0, offset, &mut |e, next| {
+                    add(e, next, slot, snap_root)
+                })
+            })
+        };
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -356,7 +539,9 @@ impl Filesystem for Kernel {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.fs.releasedir(fh.0);
+        if let Ok((fs, _, _)) = self.on(_ino.0) {
+            fs.releasedir(fh.0);
+        }
         reply.ok();
     }
 
@@ -368,7 +553,7 @@ impl Filesystem for Kernel {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fsync(ino.0));
+        empty(reply, self.on(ino.0).and_then(|(fs, oid, _)| fs.fsync(oid)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -399,24 +584,47 @@ impl Filesystem for Kernel {
     ) {
         empty(
             reply,
-            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
+            self.on(ino.0)
+                .and_then(|(fs, oid, _)| fs.setxattr(oid, name.as_bytes(), value, flags)),
         );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr(reply, size, self.fs.getxattr(ino.0, name.as_bytes()));
+        let value = match self.snaps.place(ino.0) {
+            Ok(Place::Snapdir) => Err(Errno::NO_XATTR),
+            _ => self
+                .on(ino.0)
+                .and_then(|(fs, oid, _)| fs.getxattr(oid, name.as_bytes())),
+        };
+        xattr(reply, size, value);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr(reply, size, self.fs.listxattr(ino.0));
+        let names = match self.snaps.place(ino.0) {
+            Ok(Place::Snapdir) => Ok(Vec::new()),
+            _ => self.on(ino.0).and_then(|(fs, oid, _)| fs.listxattr(oid)),
+        };
+        xattr(reply, size, names);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+        empty(
+            reply,
+            self.on(ino.0)
+                .and_then(|(fs, oid, _)| fs.removexattr(oid, name.as_bytes())),
+        );
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        empty(reply, self.fs.access(ino.0, mask.bits(), caller(req)));
+        let mask = mask.bits();
+        let r = match self.snaps.place(ino.0) {
+            Ok(Place::Snapdir) if mask & libc::W_OK != 0 => Err(Errno::EROFS),
+            Ok(Place::Snapdir) => Ok(()),
+            _ => self
+                .on(ino.0)
+                .and_then(|(fs, oid, _)| fs.access(oid, mask, caller(req))),
+        };
+        empty(reply, r);
     }
 
     fn create(
@@ -429,9 +637,10 @@ impl Filesystem for Kernel {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let name = name.as_bytes();
         match self
-            .fs
-            .create(parent.0, name.as_bytes(), mode, umask, caller(req))
+            .live_parent(parent.0, name, true)
+            .and_then(|()| self.fs.create(parent.0, name, mode, umask, caller(req)))
         {
             Ok(attr) => reply.created(
                 &TTL,
@@ -453,7 +662,10 @@ impl Filesystem for Kernel {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.fs.lseek(ino.0, offset, whence) {
+        match self
+            .on(ino.0)
+            .and_then(|(fs, oid, _)| fs.lseek(oid, offset, whence))
+        {
             Ok(at) => reply.offset(at),
             Err(e) => reply.error(e),
         }
@@ -469,6 +681,10 @@ impl Filesystem for Kernel {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+        empty(
+            reply,
+            self.on(ino.0)
+                .and_then(|(fs, oid, _)| fs.fallocate(oid, offset, length, mode)),
+        );
     }
 }

@@ -33,8 +33,9 @@ mod fs;
 mod kernel;
 pub mod meta;
 mod options;
+mod snapdir;
 
-pub use fs::SENSITIVE_XATTR;
+pub use fs::{SENSITIVE_XATTR, SHARE_XATTR};
 pub use options::MountOptions;
 
 use fs::Fs;
@@ -234,9 +235,73 @@ impl fmt::Debug for Session {
     }
 }
 
+/// What [`Handle::redact`] erased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redacted {
+    /// The path existed in the live tree (and is gone from it).
+    pub live: bool,
+    /// Objects erased (the file, or a directory and everything beneath it).
+    pub objects: usize,
+    /// Of those, files still open: their data goes at the last close.
+    pub still_open: usize,
+    /// The snapshots that held any of them.
+    pub snapshots: Vec<String>,
+}
+
+/// A mounted file system, for requests that come from outside the kernel
+/// (the control socket): cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct Handle {
+    fs: Arc<Fs>,
+}
+
+impl Handle {
+    /// Runs `f` on the store with no namespace operation half done and
+    /// every pending attribute written: take snapshots this way while mounted.
+    pub fn quiesced<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        self.fs.quiesced(f)
+    }
+
+    /// `oubli redact`: erases the file or directory at `path` (relative to
+    /// the mount point; `.snapshots/SNAP/...` names the same path) from the
+    /// live tree and from every snapshot that holds it. Durable when it
+    /// returns; unrecoverable after the next commit.
+    pub fn redact(&self, path: &Path) -> io::Result<Redacted> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        for c in path.components() {
+            match c {
+                std::path::Component::Normal(n) => parts.push(n.as_bytes().to_vec()),
+                std::path::Component::CurDir => {}
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{}: a path relative to the mount point, without ..",
+                            path.display()
+                        ),
+                    ))
+                }
+            }
+        }
+        if parts.first().map(Vec::as_slice) == Some(snapdir::SNAPDIR_NAME) {
+            // A snapshot's copy names the same file: .snapshots/SNAP/rest.
+            parts.drain(..parts.len().min(2));
+        }
+        self.fs.redact(&parts)
+    }
+}
+
 impl Session {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// A handle for requests from outside the kernel (snapshots, redaction).
+    pub fn handle(&self) -> Handle {
+        Handle {
+            fs: self.fs.clone(),
+        }
     }
 
     /// The store behind the mount.
@@ -319,10 +384,13 @@ pub fn mount(
 ) -> Result<Session, Error> {
     check_fuse()?;
     let mountpoint = mountpoint.as_ref().to_path_buf();
+    let snaps = snapdir::Snapdir::new(store.clone(), &options);
     let fs = Arc::new(Fs::new(store, &options)?);
     let config = config(&options);
-    let mut session = fuser::Session::new(kernel::Kernel::new(fs.clone()), &mountpoint, &config)
+    let kernel = kernel::Kernel::new(fs.clone(), snaps);
+    let mut session = fuser::Session::new(kernel, &mountpoint, &config)
         .map_err(|e| mount_error(e, &mountpoint))?;
+    let _ = fs.notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("oubli-fuse".into())

@@ -34,6 +34,9 @@ pub struct MountOptions {
     pub space_from: Option<PathBuf>,
     /// Owner of the root directory when the store is mounted for the first time; default: the mounting user.
     pub root_owner: Option<(u32, u32)>,
+    /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
+    /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
+    pub snapdir_visible: bool,
     /// Other options, passed to the kernel as they are (`noatime`, `nosuid`, ...).
     pub extra: Vec<String>,
 }
@@ -57,6 +60,7 @@ impl Default for MountOptions {
                 .clamp(4, 16),
             space_from: None,
             root_owner: None,
+            snapdir_visible: false,
             extra: Vec::new(),
         }
     }
@@ -96,6 +100,13 @@ impl MountOptions {
                     self.policy_mut().deletions = (n > 0).then_some(n);
                 }
                 "threads" => self.threads = number("a count")?.clamp(1, 64) as usize,
+                "snapdir" => {
+                    self.snapdir_visible = match value {
+                        Some("visible") => true,
+                        Some("hidden") => false,
+                        _ => return Err(format!("-o {opt}: snapdir=visible or snapdir=hidden")),
+                    }
+                }
                 // Options fusermount and mount(8) pass along that mean nothing here.
                 "dev" | "suid" | "exec" | "async" | "auto" | "nofail" | "_netdev" | "user"
                 | "nouser" | "users" | "defaults" => {}
@@ -133,9 +144,10 @@ mod tests {
     #[test]
     fn parses_the_documented_options() {
         let mut o = MountOptions::default();
-        o.parse("allow_other,default_permissions,fsname=/dev/x,subtype=,epoch_interval=30,epoch_bytes=1000,epoch_deletions=5,noatime")
+        o.parse("allow_other,default_permissions,fsname=/dev/x,subtype=,epoch_interval=30,epoch_bytes=1000,epoch_deletions=5,noatime,snapdir=visible")
             .unwrap();
-        assert!(o.allow_other && o.default_permissions);
+        assert!(o.allow_other && o.default_permissions && o.snapdir_visible);
+        assert!(o.parse("snapdir=shown").is_err());
         assert_eq!(o.fsname, "/dev/x");
         assert_eq!(o.subtype, "");
         assert_eq!(

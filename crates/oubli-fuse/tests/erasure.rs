@@ -186,17 +186,7 @@ fn deleted_content_names_and_metadata_do_not_open_after_purge() {
     if !fuse_available() {
         return;
     }
-    let options = harness::options(31);
-    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
-        harness::TEST_SEGMENT,
-    )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
-    let world = World {
-        recording,
-        vault,
-        provider: options.provider.clone(),
-    };
-    let store = Arc::new(store);
+    let (world, store) = recording_world(31);
     let mut m = Mounted::new(store.clone(), default_options());
     let p = |n: &str| m.path(n);
     const N: usize = 40_000;
@@ -217,18 +207,7 @@ fn deleted_content_names_and_metadata_do_not_open_after_purge() {
     );
     write_file(&p("KEPTNAME-file"), &marker::data(9, N));
     let xattr = |path: &Path, value: &[u8]| {
-        let (c, n) = (cpath(path), std::ffi::CString::new("user.tag").unwrap());
-        // SAFETY: FFI with valid strings and buffer.
-        check(unsafe {
-            libc::setxattr(
-                c.as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                0,
-            )
-        })
-        .unwrap();
+        setxattr(path, "user.tag", value, 0).unwrap();
     };
     xattr(&p("KEPTNAME-file"), b"SECRETXATTR-old-value");
     let doomed_oids: Vec<u64> = [
@@ -495,4 +474,52 @@ fn mount_policy_commits_on_its_own() {
     let (markers, meta) = world.seize(false);
     assert!(blocks(42, 0, 20_000).is_disjoint(&markers));
     assert!(!contains(&meta, b"SECRETNAME-timer"));
+}
+
+/// `oubli redact` through the mount: a directory tree erased from the live
+/// tree and from two snapshots (one holding a file already deleted live) —
+/// after the purge the adversary with every past medium state and the
+/// current vault opens none of it, and opens everything else the snapshots
+/// and the live tree hold (the control).
+#[test]
+fn redacted_files_do_not_open_from_any_snapshot_after_purge() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(32);
+    let m = Mounted::new(store.clone(), default_options());
+    let p = |n: &str| m.path(n);
+    const N: usize = 40_000;
+    fs::create_dir_all(p("case/docs")).unwrap();
+    write_file(&p("case/docs/report"), &marker::data(21, N));
+    write_file(&p("case/summary"), &marker::data(22, N));
+    write_file(&p("kept-live"), &marker::data(23, N));
+    write_file(&p("kept-in-snapshot"), &marker::data(24, N));
+    let handle = m.session().handle();
+    handle.quiesced(|s| s.snapshot_create("s1", None)).unwrap();
+    fs::remove_file(p("case/docs/report")).unwrap();
+    fs::remove_file(p("kept-in-snapshot")).unwrap();
+    handle.quiesced(|s| s.snapshot_create("s2", None)).unwrap();
+    m.session().purge().unwrap();
+    let (markers, _) = world.seize(false);
+    assert!(
+        blocks(21, 0, N).is_subset(&markers),
+        "a file deleted live but held by a snapshot opens (not yet redacted)"
+    );
+
+    let r = handle.redact(Path::new("case")).unwrap();
+    assert_eq!(r.snapshots, vec!["s1".to_string(), "s2".to_string()]);
+    m.session().purge().unwrap();
+    let (markers, _) = world.seize(false);
+    let mut erased = blocks(21, 0, N);
+    erased.extend(blocks(22, 0, N));
+    let leaked: Vec<_> = markers.intersection(&erased).take(5).collect();
+    assert!(leaked.is_empty(), "redacted data opens: {leaked:?}");
+    let mut kept = blocks(23, 0, N);
+    kept.extend(blocks(24, 0, N));
+    assert!(kept.is_subset(&markers), "kept data must open");
+    assert_eq!(
+        fs::read(p(".snapshots/s1/kept-in-snapshot")).unwrap(),
+        marker::data(24, N)
+    );
 }

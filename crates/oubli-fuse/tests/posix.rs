@@ -29,35 +29,6 @@ fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
     out
 }
 
-fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
-    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    // SAFETY: FFI with valid NUL-terminated strings and a buffer of the given length.
-    check(unsafe {
-        libc::setxattr(
-            c.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    })
-    .map(|_| ())
-}
-
-fn getxattr(p: &Path, name: &str, size: usize) -> std::io::Result<Vec<u8>> {
-    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    let mut buf = vec![0u8; size];
-    // SAFETY: FFI with valid strings and a writable buffer of `size` bytes.
-    let rc = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
-    check(rc as i32).map(|n| {
-        buf.truncate(if size == 0 { 0 } else { n as usize });
-        if size == 0 {
-            buf = vec![0; n as usize];
-        }
-        buf
-    })
-}
-
 fn listxattr(p: &Path) -> Vec<String> {
     let c = cpath(p);
     let mut buf = vec![0u8; 4096];

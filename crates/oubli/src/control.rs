@@ -13,8 +13,12 @@
 //! | `snapshot-ls` | `ok <json>`: the array `oubli snapshot ls --json` prints |
 //! | `snapshot-create <expires-at or -> <name>` | `ok <epoch>` once the snapshot is durable |
 //! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
+//! | `redact <purge or keep> <path>` (mounts only) | `ok <json>`: what `oubli redact` reports, once durable (and committed with `purge`) |
 //!
-//! Errors are `err <message>`. Only the owner of the store can connect.
+//! Errors are `err <message>`. Only the owner of the store can connect. A
+//! front-end may add requests and run every request where none of its own
+//! operations is half done ([`Frontend`]): a mount takes its snapshots
+//! between namespace operations, never inside a rename.
 
 use oubli_core::Store;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -44,6 +48,14 @@ pub fn socket_path(store: &Path) -> PathBuf {
 /// socket and `oubli status --json` print the same object.
 pub type StatusRenderer = dyn Fn(&Store) -> Result<String, String> + Send + Sync;
 
+/// What a front-end adds to the control socket.
+pub trait Frontend: Send + Sync {
+    /// Runs `f` where no operation of the front-end is half done.
+    fn quiesced(&self, f: &mut dyn FnMut());
+    /// Answers a request only this front-end knows; `None`: not one of them.
+    fn answer(&self, line: &str) -> Option<Result<String, String>>;
+}
+
 /// A running control server; stops (and removes the socket) when dropped.
 pub struct ControlServer {
     path: PathBuf,
@@ -57,6 +69,7 @@ impl ControlServer {
         path: &Path,
         store: Arc<Store>,
         status: Arc<StatusRenderer>,
+        frontend: Option<Arc<dyn Frontend>>,
     ) -> io::Result<ControlServer> {
         // A socket left by a crashed process is stale if nobody answers on it.
         if path.exists() && UnixStream::connect(path).is_err() {
@@ -72,7 +85,7 @@ impl ControlServer {
                 while !flag.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((conn, _)) => {
-                            let _ = serve(conn, &store, &*status);
+                            let _ = serve(conn, &store, &*status, frontend.as_deref());
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(50));
@@ -99,13 +112,38 @@ impl Drop for ControlServer {
     }
 }
 
-fn serve(conn: UnixStream, store: &Store, status: &StatusRenderer) -> io::Result<()> {
+fn serve(
+    conn: UnixStream,
+    store: &Store,
+    status: &StatusRenderer,
+    frontend: Option<&dyn Frontend>,
+) -> io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
-    reader.by_ref().take(1024).read_line(&mut line)?;
-    let reply = match line.trim() {
+    reader.by_ref().take(4096).read_line(&mut line)?;
+    let line = line.trim();
+    let reply = match frontend {
+        None => answer(store, status, line),
+        Some(f) => match f.answer(line) {
+            Some(Ok(rest)) => format!("ok {rest}"),
+            Some(Err(e)) => format!("err {e}"),
+            None => {
+                let mut reply = String::new();
+                f.quiesced(&mut || reply = answer(store, status, line));
+                reply
+            }
+        },
+    };
+    let mut conn = conn;
+    conn.write_all(reply.replace('\n', " ").as_bytes())?;
+    conn.write_all(b"\n")
+}
+
+/// The reply to one of the requests every front-end answers.
+fn answer(store: &Store, status: &StatusRenderer, line: &str) -> String {
+    match line {
         "purge" | "commit" => match store.purge() {
             Ok(()) => format!("ok {}", store.epoch()),
             Err(e) => format!("err {e}"),
@@ -127,10 +165,7 @@ fn serve(conn: UnixStream, store: &Store, status: &StatusRenderer) -> io::Result
             Some(Err(e)) => format!("err {e}"),
             None => format!("err unknown request {other:?}"),
         },
-    };
-    let mut conn = conn;
-    conn.write_all(reply.replace('\n', " ").as_bytes())?;
-    conn.write_all(b"\n")
+    }
 }
 
 /// `snapshot-create` and `snapshot-rm`; `None` for any other request.

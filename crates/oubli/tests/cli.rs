@@ -554,6 +554,7 @@ fn commit_and_status_reach_a_live_process_through_the_control_socket() {
         &oubli::control::socket_path(&env.store),
         store.clone(),
         oubli::report::control_status(env.store.clone()),
+        None,
     )
     .unwrap();
     let oid = store.lookup(oubli::ROOT_DIR, b"secret").unwrap().unwrap();

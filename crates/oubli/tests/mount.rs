@@ -181,3 +181,89 @@ fn status_purge_and_umount_by_mount_point() {
         .success()
         .stdout(predicate::str::contains("\"epoch\": 3"));
 }
+
+#[test]
+fn snapshots_and_redact_on_a_live_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let mnt = &env.mnt;
+    // Automatic snapshots every second, at most two kept.
+    env.cmd()
+        .arg("mount")
+        .arg(mnt)
+        .args(["-o", "snapshot_every=1s,snapshot_keep=2"])
+        .assert()
+        .success();
+    fs::create_dir(mnt.join("clients")).unwrap();
+    fs::write(mnt.join("clients/alice"), b"alice's records").unwrap();
+    fs::write(mnt.join("clients/bob"), b"bob's records").unwrap();
+    env.cmd()
+        .args(["snapshot", "create", "before-erasure"])
+        .arg(mnt)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("by the process holding the store"));
+    assert_eq!(
+        fs::read(mnt.join(".snapshots/before-erasure/clients/alice")).unwrap(),
+        b"alice's records"
+    );
+    // Retention: automatic snapshots appear, and no more than two stay.
+    let autos = || {
+        fs::read_dir(mnt.join(".snapshots"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("auto-")
+            })
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while autos() < 2 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(autos(), 2, "snapshot_keep=2");
+
+    // The path named inside the mount, without the mount point: found from /proc/self/mountinfo.
+    env.cmd()
+        .arg("redact")
+        .arg(mnt.join("clients/alice"))
+        .arg("--purge")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("removed from the live tree"))
+        .stdout(predicate::str::contains("before-erasure"))
+        .stdout(predicate::str::contains("now unrecoverable"));
+    assert!(!mnt.join("clients/alice").exists());
+    assert!(!mnt.join(".snapshots/before-erasure/clients/alice").exists());
+    assert_eq!(
+        fs::read(mnt.join(".snapshots/before-erasure/clients/bob")).unwrap(),
+        b"bob's records"
+    );
+    for e in fs::read_dir(mnt.join(".snapshots")).unwrap() {
+        let snap = e.unwrap().path();
+        assert!(!snap.join("clients/alice").exists(), "{}", snap.display());
+    }
+    env.cmd()
+        .arg("redact")
+        .arg(mnt.join("clients/nobody"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "no such file in the store or any snapshot",
+        ));
+    env.cmd()
+        .arg("redact")
+        .arg(env.dir.path().join("elsewhere"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not inside an oubli mount"));
+    env.cmd().arg("umount").arg(mnt).assert().success();
+    // Nothing of alice opens for an adversary holding the store and the vault.
+    env.cmd().arg("audit").assert().success();
+}

@@ -209,6 +209,7 @@ impl Engine {
             result = mover.relocate(&mut s.tree, &self.ctx, &mut Vec::new());
         }
         self.snapshots = snapshots;
+        self.snapshot_generation += 1;
         self.data_segment = mover.data_segment;
         self.next_segment = mover.next_segment;
         let moved = mover.bytes;

@@ -287,6 +287,11 @@ struct Engine {
     share_keys: RefCell<HashMap<u32, SecretKey>>,
     /// How to open a share's vault (supplied by the front-end).
     share_opener: Option<Arc<ShareOpener>>,
+    /// Changes whenever a snapshot view made earlier may show too much or
+    /// point at moved units: a snapshot taken, removed or redacted, a share
+    /// created or destroyed, the cleaner run, a commit (see
+    /// [`Store::snapshot_generation`]).
+    snapshot_generation: u64,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -556,9 +561,14 @@ impl Engine {
                 }
             }
             Op::PutSnapshot { .. } | Op::DropSnapshot { .. } | Op::RedactSnapshots { .. } => {
+                self.snapshot_generation += 1;
                 self.apply_snapshot_op(&op)?;
             }
-            Op::PutShare { .. } | Op::SetShare { .. } => self.apply_share_op(&op)?,
+            Op::PutShare { .. } => {
+                self.snapshot_generation += 1;
+                self.apply_share_op(&op)?;
+            }
+            Op::SetShare { .. } => self.apply_share_op(&op)?,
             Op::PutNames { dir, hash, bucket } => {
                 let key = Key::new(*dir, KIND_NAMES, *hash);
                 let old = if bucket.entries.is_empty() {

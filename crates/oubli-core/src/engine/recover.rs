@@ -264,6 +264,7 @@ impl Engine {
             shares: BTreeMap::new(),
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,
+            snapshot_generation: 0,
         }
     }
 

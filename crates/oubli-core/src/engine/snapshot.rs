@@ -155,6 +155,16 @@ impl Store {
         })
     }
 
+    /// A number that changes whenever a view from [`Store::snapshot`] may
+    /// be stale: a snapshot taken, removed or redacted, a share created or
+    /// destroyed, the cleaner run, a commit that rewrote snapshot trees. A
+    /// front-end that keeps views (the mount's `.snapshots`) drops them when
+    /// it changes, so that nothing removed, redacted or destroyed stays
+    /// readable through a view's cached keys.
+    pub fn snapshot_generation(&self) -> u64 {
+        self.lock().snapshot_generation
+    }
+
     /// The snapshots in which object `oid` exists.
     pub fn snapshots_holding(&self, oid: u64) -> Result<Vec<String>> {
         let e = self.lock();
@@ -296,6 +306,7 @@ impl Engine {
             self.catalog_unit = None;
             return Ok(None);
         }
+        self.snapshot_generation += 1;
         let mut snapshots = std::mem::take(&mut self.snapshots);
         let mut result = Ok(());
         for s in snapshots.values_mut() {

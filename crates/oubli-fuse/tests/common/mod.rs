@@ -134,3 +134,41 @@ pub fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
         Ok(rc)
     }
 }
+
+/// setxattr(2) on a path.
+pub fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: FFI with valid NUL-terminated strings and a buffer of the given length.
+    check(unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(|_| ())
+}
+
+/// getxattr(2) on a path: `size` 0 asks for the length (returned as that many zeros).
+pub fn getxattr(p: &Path, name: &str, size: usize) -> std::io::Result<Vec<u8>> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    let mut buf = vec![0u8; size];
+    // SAFETY: FFI with valid strings and a writable buffer of `size` bytes.
+    let rc = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+    check(rc as i32).map(|n| {
+        buf.truncate(if size == 0 { 0 } else { n as usize });
+        if size == 0 {
+            buf = vec![0; n as usize];
+        }
+        buf
+    })
+}
+
+/// removexattr(2) on a path.
+pub fn removexattr(path: &Path, name: &str) -> std::io::Result<libc::c_int> {
+    let (c, n) = (cpath(path), std::ffi::CString::new(name).unwrap());
+    // SAFETY: FFI with valid NUL-terminated strings.
+    check(unsafe { libc::removexattr(c.as_ptr(), n.as_ptr()) })
+}

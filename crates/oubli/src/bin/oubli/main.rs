@@ -130,6 +130,16 @@ enum Command {
     /// Key shares: second secrets in their own vaults, destroyed out of band
     #[command(subcommand)]
     Share(share_cmd::ShareCommand),
+    /// On a live mount: erase a file or directory from the store and from every snapshot
+    Redact {
+        /// The file or directory, inside the mount (or its copy under MOUNTPOINT/.snapshots/SNAP/)
+        path: PathBuf,
+        /// The mount point [default: the oubli mount that holds PATH]
+        mountpoint: Option<PathBuf>,
+        /// Commit at once, so that the data is unrecoverable when the command returns
+        #[arg(long)]
+        purge: bool,
+    },
     /// End the epoch now: everything deleted so far becomes unrecoverable
     #[command(visible_alias = "purge")]
     Commit {
@@ -222,6 +232,11 @@ fn run(cli: Cli) -> Result<String, Failure> {
         } => data::ls(&g, long, json, snapshot.as_deref()),
         Command::Snapshot(command) => snapshot_cmd::run(&g, command),
         Command::Share(command) => share_cmd::run(&g, command),
+        Command::Redact {
+            path,
+            mountpoint,
+            purge,
+        } => snapshot_cmd::redact(&g, &path, mountpoint.as_deref(), purge),
         Command::Commit { mountpoint } => admin::commit(&g.at_mount(mountpoint.as_deref())?),
         Command::Status { json, mountpoint } => {
             admin::status(&g.at_mount(mountpoint.as_deref())?, json)

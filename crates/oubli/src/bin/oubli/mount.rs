@@ -8,12 +8,13 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
+use oubli::retention::{self, Retention};
 use oubli::{exit, Store};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Arguments of `oubli mount`.
@@ -23,6 +24,7 @@ pub struct MountArgs {
     mountpoint: PathBuf,
     /// Mount options, comma-separated (repeatable): allow_other, default_permissions, ro,
     /// fsname=NAME, subtype=TYPE, epoch_interval=SECS, epoch_bytes=N, epoch_deletions=N,
+    /// snapdir=visible|hidden, snapshot_every=DURATION, snapshot_keep=N,
     /// and kernel options such as noatime
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
@@ -122,11 +124,80 @@ fn quiet() {
     }
 }
 
+/// Takes the snapshot retention options (`snapshot_every=DURATION`,
+/// `snapshot_keep=N`) out of a `-o` list: they are the CLI's, not the file system's.
+fn retention_options(list: &str, r: &mut Retention) -> Result<String, Failure> {
+    let mut rest = Vec::new();
+    for opt in list.split(',') {
+        match opt.trim().split_once('=') {
+            Some(("snapshot_every", d)) => {
+                let secs = crate::ui::parse_duration(d)
+                    .map_err(|e| Failure::usage(format!("-o {opt}: {e}")))?;
+                r.every = Some(Duration::from_secs(secs));
+            }
+            Some(("snapshot_keep", n)) => {
+                let n = n
+                    .parse()
+                    .map_err(|_| Failure::usage(format!("-o {opt}: a count expected")))?;
+                r.keep = Some(n);
+            }
+            _ => rest.push(opt),
+        }
+    }
+    Ok(rest.join(","))
+}
+
+/// What a mount adds to the control socket: requests run between
+/// namespace operations, and `redact`.
+#[derive(Default)]
+struct MountFrontend {
+    handle: OnceLock<oubli_fuse::Handle>,
+}
+
+impl oubli::control::Frontend for MountFrontend {
+    fn quiesced(&self, f: &mut dyn FnMut()) {
+        match self.handle.get() {
+            Some(h) => h.quiesced(|_| f()),
+            None => f(),
+        }
+    }
+
+    fn answer(&self, line: &str) -> Option<Result<String, String>> {
+        let rest = line.strip_prefix("redact ")?;
+        let (mode, path) = rest.split_once(' ')?;
+        let Some(handle) = self.handle.get() else {
+            return Some(Err("the mount is still starting".into()));
+        };
+        let done = handle
+            .redact(Path::new(path))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) => format!("{path}: no such file in the store or any snapshot"),
+                _ => format!("{path}: {e}"),
+            });
+        Some(done.and_then(|r| {
+            if mode == "purge" {
+                handle
+                    .quiesced(|store| store.purge())
+                    .map_err(|e| e.to_string())?;
+            }
+            let reply = crate::snapshot_cmd::RedactReply {
+                live: r.live,
+                objects: r.objects,
+                still_open: r.still_open,
+                snapshots: r.snapshots,
+            };
+            Ok(serde_json::to_string(&reply).expect("plain data"))
+        }))
+    }
+}
+
 /// `oubli mount`.
 pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
     let mut opts = oubli_fuse::MountOptions::default();
+    let mut retention = Retention::default();
     for o in &a.options {
-        opts.parse(o).map_err(Failure::usage)?;
+        let rest = retention_options(o, &mut retention)?;
+        opts.parse(&rest).map_err(Failure::usage)?;
     }
     opts.space_from = Some(g.store.clone());
     if opts.fsname == oubli_fuse::MountOptions::default().fsname {
@@ -166,7 +237,14 @@ pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
     // Asked before detaching: the terminal is still ours.
     let password = g.password()?;
     let mut ready = if a.foreground { Ready(None) } else { detach()? };
-    let result = serve(g, a.foreground, mountpoint, opts, password, &mut ready);
+    let result = serve(
+        g,
+        a.foreground,
+        mountpoint,
+        (opts, retention),
+        password,
+        &mut ready,
+    );
     if let Err(f) = &result {
         ready.send(&format!("{}\n{f}\n", f.code));
     }
@@ -177,7 +255,7 @@ fn serve(
     g: &Global,
     foreground: bool,
     mountpoint: PathBuf,
-    opts: oubli_fuse::MountOptions,
+    (opts, retention): (oubli_fuse::MountOptions, Retention),
     password: oubli::SecretBytes,
     ready: &mut Ready,
 ) -> Result<String, Failure> {
@@ -204,13 +282,16 @@ fn serve(
     };
     register().map_err(|e| Failure::file("installing signal handlers", e))?;
     let control_path = oubli::control::socket_path(&g.store);
+    let frontend = Arc::new(MountFrontend::default());
     let control = oubli::control::ControlServer::start(
         &control_path,
         store.clone(),
         oubli::report::control_status(g.store.clone()),
+        Some(frontend.clone()),
     )
     .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
 
+    let read_only = opts.read_only;
     let session = oubli_fuse::mount(store.clone(), &mountpoint, opts).map_err(|e| match e {
         oubli_fuse::Error::Store(e) => g.fail(e),
         other => Failure::new(
@@ -219,6 +300,8 @@ fn serve(
             "is the mount point in use? (oubli umount it)",
         ),
     })?;
+    let handle = session.handle();
+    let _ = frontend.handle.set(handle.clone());
     let message = format!(
         "mounted store {} on {} at epoch {}; `oubli umount {}` commits and unmounts\n",
         g.store.display(),
@@ -234,12 +317,21 @@ fn serve(
     }
 
     let mut by_signal = false;
+    let mut last_tick = Instant::now();
     while session.is_mounted() {
         if stop.load(Ordering::SeqCst) {
             by_signal = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
+        if last_tick.elapsed() >= Duration::from_secs(1) && !read_only {
+            // Expired snapshots go, automatic ones are taken between namespace operations.
+            last_tick = Instant::now();
+            match handle.quiesced(|store| retention::tick(store, &retention, crate::ui::now())) {
+                Ok(events) => events.iter().for_each(|e| log(&e.to_string())),
+                Err(e) => log(&format!("snapshot retention failed: {e}")),
+            }
+        }
         if purge.swap(false, Ordering::SeqCst) {
             match session.purge() {
                 Ok(()) => log(&format!("committed epoch {} (SIGUSR1)", store.epoch())),

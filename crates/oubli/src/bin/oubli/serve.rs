@@ -277,6 +277,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         &control_path,
         store.clone(),
         oubli::report::control_status(g.store.clone()),
+        None,
     )
     .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
 

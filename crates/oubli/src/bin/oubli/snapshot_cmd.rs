@@ -5,7 +5,8 @@ use crate::session::{Access, Global};
 use crate::ui;
 use clap::Subcommand;
 use oubli::report::{snapshot_reports, SnapshotReport};
-use std::path::PathBuf;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
@@ -137,4 +138,116 @@ fn rm(g: &Global, name: &str, purge: bool) -> Result<String, Failure> {
             "removed snapshot {name}{by}; what only it held is erased at the next commit (run `oubli commit` to erase it now)\n"
         )
     })
+}
+
+/// The control socket's reply to `redact`: what was erased.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct RedactReply {
+    pub live: bool,
+    pub objects: usize,
+    pub still_open: usize,
+    pub snapshots: Vec<String>,
+}
+
+/// The control request for `oubli redact`: `redact <purge|keep> <path relative to the mount>`.
+pub fn redact_request(relative: &Path, purge: bool) -> Option<String> {
+    let path = relative.to_str()?;
+    if path.contains('\n') {
+        return None;
+    }
+    let mode = if purge { "purge" } else { "keep" };
+    Some(format!("redact {mode} {path}"))
+}
+
+/// The oubli mount that holds `path`: the mount point given, or the
+/// nearest ancestor of `path` that is one.
+fn mount_holding(path: &Path, mountpoint: Option<&Path>) -> Result<(PathBuf, PathBuf), Failure> {
+    let path = crate::session::absolute(path);
+    let candidates: Vec<PathBuf> = match mountpoint {
+        Some(m) => vec![crate::session::absolute(m)],
+        None => path.ancestors().skip(1).map(Path::to_path_buf).collect(),
+    };
+    for at in candidates {
+        let found = match crate::mount::store_of_mount(&at) {
+            Ok(found) => found,
+            // Searching upwards: other file systems on the way are not it.
+            Err(f) if mountpoint.is_none() => {
+                drop(f);
+                None
+            }
+            Err(f) => return Err(f),
+        };
+        if let Some(store) = found {
+            let relative = path.strip_prefix(&at).map_err(|_| {
+                Failure::usage(format!(
+                    "{} is not inside the mount at {}",
+                    path.display(),
+                    at.display()
+                ))
+            })?;
+            return Ok((store, relative.to_path_buf()));
+        }
+        if mountpoint.is_some() {
+            return Err(Failure::usage(format!(
+                "nothing is mounted at {}",
+                at.display()
+            )));
+        }
+    }
+    Err(Failure::usage(format!(
+        "{} is not inside an oubli mount: give the MOUNTPOINT, or erase a name of a store that is not mounted with `oubli rm --all-snapshots NAME`",
+        path.display()
+    )))
+}
+
+/// `oubli redact PATH [MOUNTPOINT]`.
+pub fn redact(
+    g: &Global,
+    path: &Path,
+    mountpoint: Option<&Path>,
+    purge: bool,
+) -> Result<String, Failure> {
+    let (store, relative) = mount_holding(path, mountpoint)?;
+    let request = redact_request(&relative, purge).ok_or_else(|| {
+        Failure::usage(format!(
+            "{}: only UTF-8 paths without newlines can be redacted through the control socket",
+            relative.display()
+        ))
+    })?;
+    let g = Global { store, ..g.clone() };
+    let reply = g.control(&request)?.ok_or_else(|| {
+        Failure::usage(format!(
+            "the mount of {} does not answer on its control socket (is it an oubli mount of this version?)",
+            g.store.display()
+        ))
+    })?;
+    let text = reply.map_err(|e| g.control_failure(e))?;
+    let r: RedactReply = serde_json::from_str(&text)
+        .map_err(|e| g.control_failure(format!("unreadable reply ({e}): {text}")))?;
+    let from = match r.snapshots.len() {
+        0 => "no snapshot held it".to_string(),
+        n => format!("removed from {n} snapshot(s) ({})", r.snapshots.join(", ")),
+    };
+    let live = if r.live {
+        "removed from the live tree"
+    } else {
+        "not in the live tree"
+    };
+    let mut out = format!(
+        "redacted {} ({} object(s)): {live}, {from}",
+        path.display(),
+        r.objects
+    );
+    if r.still_open > 0 {
+        out += &format!(
+            "; {} file(s) still open: their data goes at the last close",
+            r.still_open
+        );
+    }
+    out += if purge {
+        "; committed: its data is now unrecoverable\n"
+    } else {
+        "; erased at the next commit (run `oubli commit MOUNTPOINT` to erase it now)\n"
+    };
+    Ok(out)
 }

@@ -183,8 +183,7 @@ fn create_remove(a: &Args, bytes: u64, payload: &mut Payload) -> BoxResult<(f64,
         store.write(oids[0], MIB, payload.chunk(run as u64 + 1))?;
         store.commit()?;
         let t = Instant::now();
-        store.snapshot_remove(&format!("s{run}"))?;
-        store.commit()?;
+        store.snapshot_remove_and_commit(&format!("s{run}"))?;
         removes.push(t.elapsed().as_secs_f64());
     }
     drop(store);
@@ -215,8 +214,7 @@ fn erase_vs_shred(a: &Args, payload: &mut Payload) -> BoxResult<(f64, f64)> {
         store.commit()?; // the live store no longer holds the data: only the snapshot does
         let usage = store.snapshot_usage()?;
         let t = Instant::now();
-        store.snapshot_remove("version")?;
-        store.commit()?;
+        store.snapshot_remove_and_commit("version")?; // `oubli snapshot rm --purge`
         erase.push(t.elapsed().as_secs_f64());
         say(format!(
             "run {run}: snapshot holding {} MiB alone erased in {:.3} ms",

@@ -195,3 +195,50 @@ fn snapshots_survive_reopening_from_the_table_and_from_the_log() {
     assert_eq!(store.expire_snapshots(4_000_000_000).unwrap(), ["one"]);
     assert_eq!(store.snapshots().len(), 1);
 }
+
+/// `snapshot rm --purge` in one step (`Store::snapshot_remove_and_commit`,
+/// no intent-log write before the commit): the data only the snapshot held
+/// does not open for the adversary with every byte ever written and the
+/// current vault, the removal survives reopening, and the live data opens.
+#[test]
+fn removing_and_committing_in_one_step_erases_and_is_durable() {
+    let options = harness::options(33);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let old = store.create_object(b"").unwrap();
+    store.write(old, 0, &marker::data(1, 200_000)).unwrap();
+    let kept = store.create_object(b"").unwrap();
+    store.write(kept, 0, &marker::data(2, 200_000)).unwrap();
+    store.snapshot_create("v1", None).unwrap();
+    store.delete(old).unwrap();
+    store.commit().unwrap();
+    let seize = || {
+        Adversary::seize(&recording)
+            .recovered_markers(&[vault.load().unwrap()], options.provider.clone())
+    };
+    let only_v1: BTreeSet<Marker> = (0..200_000 / marker::BLOCK)
+        .map(|b| (1, b as u32))
+        .collect();
+    assert!(only_v1.is_subset(&seize()), "held by the snapshot until removed");
+
+    let epoch = store.epoch();
+    store.snapshot_remove_and_commit("v1").unwrap();
+    assert_eq!(store.epoch(), epoch + 1);
+    let after = seize();
+    assert!(after.is_disjoint(&only_v1), "the removed snapshot's data opens");
+    assert!((0..200_000 / marker::BLOCK).all(|b| after.contains(&(2, b as u32))));
+    assert!(matches!(
+        store.snapshot_remove_and_commit("v1"),
+        Err(oubli_core::Error::NoSnapshot(_))
+    ));
+    drop(store);
+    let store = Store::open(
+        recording.clone() as Arc<dyn Medium>,
+        vault.clone() as Arc<dyn Vault>,
+        options.clone(),
+    )
+    .unwrap();
+    assert!(store.snapshots().is_empty());
+}

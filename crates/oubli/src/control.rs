@@ -178,13 +178,8 @@ fn snapshot_request(store: &Store, line: &str) -> Option<oubli_core::Result<()>>
             Ok(at) => store.snapshot_create(name, Some(at)).map(|_| ()),
             Err(_) => Err(oubli_core::Error::Invalid(format!("expiry {at:?}"))),
         },
-        ("snapshot-rm", purge @ ("purge" | "keep")) => store.snapshot_remove(name).and_then(|()| {
-            if purge == "purge" {
-                store.purge()
-            } else {
-                Ok(())
-            }
-        }),
+        ("snapshot-rm", "purge") => store.snapshot_remove_and_commit(name),
+        ("snapshot-rm", "keep") => store.snapshot_remove(name),
         _ => return None,
     })
 }

@@ -102,19 +102,21 @@ impl Store {
     /// needs is touched. Durable when this returns.
     pub fn snapshot_remove(&self, name: &str) -> Result<()> {
         let mut e = self.lock();
-        e.mutable()?;
-        if !e.snapshots.contains_key(name) {
-            return Err(Error::NoSnapshot(name.to_string()));
-        }
-        e.apply(
-            Op::DropSnapshot {
-                name: name.to_string(),
-            },
-            true,
-        )?;
+        e.drop_snapshot(name)?;
         e.flush()?;
         e.maybe_commit();
         Ok(())
+    }
+
+    /// Removes a snapshot and commits: what only it held is unrecoverable
+    /// when this returns (`oubli snapshot rm --purge`). One durability point
+    /// instead of two: the removal is not written to the intent log first,
+    /// since the commit's superblock holds it. If the commit fails, the
+    /// removal stays pending (logged at the next flush) and the error says so.
+    pub fn snapshot_remove_and_commit(&self, name: &str) -> Result<()> {
+        let mut e = self.lock();
+        e.drop_snapshot(name)?;
+        e.commit()
     }
 
     /// Removes every snapshot whose expiry time is at or before `now`;
@@ -259,6 +261,19 @@ impl Store {
 }
 
 impl Engine {
+    fn drop_snapshot(&mut self, name: &str) -> Result<()> {
+        self.mutable()?;
+        if !self.snapshots.contains_key(name) {
+            return Err(Error::NoSnapshot(name.to_string()));
+        }
+        self.apply(
+            Op::DropSnapshot {
+                name: name.to_string(),
+            },
+            true,
+        )
+    }
+
     /// Writes the live tree's changed nodes under fresh keys (children
     /// first); returns its root. Used by every commit and by snapshots.
     pub(super) fn persist_live_tree(&mut self) -> Result<Option<(NodePtr, u8)>> {

@@ -122,10 +122,13 @@ fn rm(g: &Global, name: &str, purge: bool) -> Result<String, Failure> {
         }
         None => {
             let session = g.open(Access::Write)?;
-            session.store.snapshot_remove(name).map_err(|e| g.fail(e))?;
+            let store = &session.store;
             if purge {
-                session.store.commit().map_err(|e| g.fail(e))?;
+                store.snapshot_remove_and_commit(name)
+            } else {
+                store.snapshot_remove(name)
             }
+            .map_err(|e| g.fail(e))?;
             ""
         }
     };

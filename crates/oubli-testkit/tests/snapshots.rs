@@ -221,13 +221,19 @@ fn removing_and_committing_in_one_step_erases_and_is_durable() {
     let only_v1: BTreeSet<Marker> = (0..200_000 / marker::BLOCK)
         .map(|b| (1, b as u32))
         .collect();
-    assert!(only_v1.is_subset(&seize()), "held by the snapshot until removed");
+    assert!(
+        only_v1.is_subset(&seize()),
+        "held by the snapshot until removed"
+    );
 
     let epoch = store.epoch();
     store.snapshot_remove_and_commit("v1").unwrap();
     assert_eq!(store.epoch(), epoch + 1);
     let after = seize();
-    assert!(after.is_disjoint(&only_v1), "the removed snapshot's data opens");
+    assert!(
+        after.is_disjoint(&only_v1),
+        "the removed snapshot's data opens"
+    );
     assert!((0..200_000 / marker::BLOCK).all(|b| after.contains(&(2, b as u32))));
     assert!(matches!(
         store.snapshot_remove_and_commit("v1"),

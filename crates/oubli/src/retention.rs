@@ -7,12 +7,15 @@ use std::time::Duration;
 pub const AUTO_PREFIX: &str = "auto-";
 
 /// What a mount or server does with snapshots on its timer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Take an automatic snapshot when the newest one is this old.
     pub every: Option<Duration>,
     /// Keep at most this many automatic snapshots (the oldest go first).
     pub keep: Option<usize>,
+    /// A snapshot never removed here (the one this process serves: its
+    /// clients read through a view that holds its keys).
+    pub protected: Option<String>,
 }
 
 /// One thing [`tick`] did, for the process's log.
@@ -59,11 +62,14 @@ fn stamp(secs: u64) -> String {
 /// passed since the newest automatic one, and drops the oldest automatic
 /// ones beyond `keep`. Removal is erasure at the next commit, as always.
 pub fn tick(store: &Store, retention: &Retention, now: u64) -> Result<Vec<Event>> {
-    let mut events: Vec<Event> = store
-        .expire_snapshots(now)?
-        .into_iter()
-        .map(Event::Expired)
-        .collect();
+    let removable = |name: &str| retention.protected.as_deref() != Some(name);
+    let mut events = Vec::new();
+    for s in store.snapshots() {
+        if s.expires_at.is_some_and(|t| t <= now) && removable(&s.name) {
+            store.snapshot_remove(&s.name)?;
+            events.push(Event::Expired(s.name));
+        }
+    }
     let automatic = |store: &Store| {
         let mut list: Vec<_> = store
             .snapshots()
@@ -89,6 +95,7 @@ pub fn tick(store: &Store, retention: &Retention, now: u64) -> Result<Vec<Event>
     }
     if let Some(keep) = retention.keep {
         let list = automatic(store);
+        let list: Vec<_> = list.iter().filter(|s| removable(&s.name)).collect();
         for old in list.iter().take(list.len().saturating_sub(keep)) {
             store.snapshot_remove(&old.name)?;
             events.push(Event::Dropped(old.name.clone()));

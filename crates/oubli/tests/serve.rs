@@ -411,6 +411,15 @@ fn serve_a_snapshot_read_only_and_take_automatic_snapshots() {
         !o.status.success() || said.contains("failed"),
         "a write to a snapshot export went through: {said}"
     );
+    // The served snapshot cannot be removed under its clients (their view holds its keys).
+    let o = output(oubli(dir).args(["snapshot", "rm", "--purge", "before"]));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("being served by this process"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(qemu_io(&["read -P 0x11 0 256k"]).status.success());
     assert!(s.stop().0);
     // The live export kept the newer data; the snapshot the older.
     let s = Serving::start(dir, &["--export", "disk"]);

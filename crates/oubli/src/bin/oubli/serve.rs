@@ -8,6 +8,7 @@
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
 use crate::ui;
+use oubli::control::Frontend;
 use oubli::{EpochPolicy, Store};
 use oubli_nbd::{Endpoint, ServerConfig, Tls, TlsCredentials, TlsMode};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -207,6 +208,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let retention = oubli::retention::Retention {
         every: a.snapshot_every.map(Duration::from_secs),
         keep: a.snapshot_keep,
+        protected: snapshot.clone(),
     };
 
     // As `Global::open`, with the epoch policy of the command line.
@@ -277,7 +279,9 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         &control_path,
         store.clone(),
         oubli::report::control_status(g.store.clone()),
-        None,
+        snapshot
+            .clone()
+            .map(|s| Arc::new(ServedSnapshot(s)) as Arc<dyn Frontend>),
     )
     .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
 
@@ -401,5 +405,25 @@ mod tests {
         assert!(parse_size("1X").is_err());
         assert!(parse_size("G").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+}
+
+/// Keeps the snapshot this process serves from being removed under its
+/// clients: they read through a view that holds its keys, so a removal
+/// would not erase what they can still read.
+struct ServedSnapshot(String);
+
+impl Frontend for ServedSnapshot {
+    fn quiesced(&self, f: &mut dyn FnMut()) {
+        f()
+    }
+
+    fn answer(&self, line: &str) -> Option<Result<String, String>> {
+        let (_, name) = line.strip_prefix("snapshot-rm ")?.split_once(' ')?;
+        (name == self.0).then(|| {
+            Err(format!(
+                "snapshot {name} is being served by this process (oubli serve --export ...@{name}): stop the server first"
+            ))
+        })
     }
 }

@@ -360,6 +360,26 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     ))
 }
 
+/// Keeps the snapshot this process serves from being removed under its
+/// clients: they read through a view that holds its keys, so a removal
+/// would not erase what they can still read.
+struct ServedSnapshot(String);
+
+impl Frontend for ServedSnapshot {
+    fn quiesced(&self, f: &mut dyn FnMut()) {
+        f()
+    }
+
+    fn answer(&self, line: &str) -> Option<Result<String, String>> {
+        let (_, name) = line.strip_prefix("snapshot-rm ")?.split_once(' ')?;
+        (name == self.0).then(|| {
+            Err(format!(
+                "snapshot {name} is being served by this process (oubli serve --export ...@{name}): stop the server first"
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{tls_modes, TlsArg};
@@ -405,25 +425,5 @@ mod tests {
         assert!(parse_size("1X").is_err());
         assert!(parse_size("G").is_err());
         assert!(parse_size("99999999999T").is_err());
-    }
-}
-
-/// Keeps the snapshot this process serves from being removed under its
-/// clients: they read through a view that holds its keys, so a removal
-/// would not erase what they can still read.
-struct ServedSnapshot(String);
-
-impl Frontend for ServedSnapshot {
-    fn quiesced(&self, f: &mut dyn FnMut()) {
-        f()
-    }
-
-    fn answer(&self, line: &str) -> Option<Result<String, String>> {
-        let (_, name) = line.strip_prefix("snapshot-rm ")?.split_once(' ')?;
-        (name == self.0).then(|| {
-            Err(format!(
-                "snapshot {name} is being served by this process (oubli serve --export ...@{name}): stop the server first"
-            ))
-        })
     }
 }

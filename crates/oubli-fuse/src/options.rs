@@ -108,8 +108,10 @@ impl MountOptions {
                     }
                 }
                 // Options fusermount and mount(8) pass along that mean nothing here.
-                "dev" | "suid" | "exec" | "async" | "auto" | "nofail" | "_netdev" | "user"
-                | "nouser" | "users" | "defaults" => {}
+                "dev" | "suid" | "exec" | "async" | "auto" | "noauto" | "nofail" | "_netdev"
+                | "user" | "nouser" | "users" | "defaults" | "comment" => {}
+                // systemd's fstab generator and mount(8) keep these for themselves.
+                k if k.starts_with("x-") => {}
                 "allow_root" | "auto_unmount" => {
                     return Err(format!("-o {key} is not supported (use allow_other)"))
                 }

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Cursor, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -120,6 +120,11 @@ pub enum Endpoint {
     /// it reads and writes the exports: `oubli serve` allows plain TCP only
     /// on a loopback address.
     Tcp(SocketAddr),
+    /// A listening socket this process was given (systemd socket
+    /// activation, [`crate::socket::systemd_listeners`]), Unix or TCP. The
+    /// server owns the descriptor from then on; the socket's file, if any,
+    /// is the service manager's and stays in place at shutdown.
+    Inherited(std::os::fd::RawFd),
 }
 
 /// A stream of either kind.
@@ -365,9 +370,10 @@ pub fn serve(
     let mut addrs = Vec::new();
     for ep in endpoints {
         let l = bind(ep)?;
-        addrs.push(match &l {
-            Listener::Unix(_, p) => Endpoint::Unix(p.clone()),
-            Listener::Tcp(t) => Endpoint::Tcp(t.local_addr()?),
+        addrs.push(match (&l, ep) {
+            (_, Endpoint::Inherited(fd)) => Endpoint::Inherited(*fd),
+            (Listener::Unix(_, p), _) => Endpoint::Unix(p.clone()),
+            (Listener::Tcp(t), _) => Endpoint::Tcp(t.local_addr()?),
         });
         listeners.push(Arc::new(l));
     }
@@ -411,11 +417,55 @@ fn show(ep: &Endpoint) -> String {
     match ep {
         Endpoint::Unix(p) => format!("unix:{}", p.display()),
         Endpoint::Tcp(a) => format!("tcp:{a}"),
+        Endpoint::Inherited(fd) => format!("the socket passed as descriptor {fd}"),
+    }
+}
+
+/// Takes over a listening socket passed by the service manager.
+fn adopt(fd: std::os::fd::RawFd) -> io::Result<Listener> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: FFI; getsockname writes at most `len` bytes into `addr`.
+    let family = unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getsockname(fd, (&raw mut addr).cast(), &mut len) != 0 {
+            return Err(io::Error::other(format!(
+                "descriptor {fd} passed by the service manager is not a socket: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        i32::from(addr.ss_family)
+    };
+    // SAFETY: FFI; marks the descriptor close-on-exec (children must not hold the socket).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    match family {
+        libc::AF_UNIX => {
+            // SAFETY: the descriptor is a socket handed to this process
+            // once (LISTEN_FDS); nothing else owns it.
+            let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+            l.set_nonblocking(false)?;
+            let path = l
+                .local_addr()?
+                .as_pathname()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            Ok(Listener::Unix(l, path))
+        }
+        libc::AF_INET | libc::AF_INET6 => {
+            // SAFETY: as above.
+            let l = unsafe { TcpListener::from_raw_fd(fd) };
+            l.set_nonblocking(false)?;
+            Ok(Listener::Tcp(l))
+        }
+        other => Err(io::Error::other(format!(
+            "descriptor {fd} passed by the service manager is a socket of family {other}, not Unix or TCP"
+        ))),
     }
 }
 
 fn bind(ep: &Endpoint) -> io::Result<Listener> {
     match ep {
+        Endpoint::Inherited(fd) => adopt(*fd),
         Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr)?)),
         Endpoint::Unix(path) => {
             use std::os::unix::fs::FileTypeExt;

@@ -51,6 +51,41 @@ pub fn bind_private_with(path: &Path, after_bind: impl FnOnce(&Path)) -> io::Res
     result
 }
 
+/// The listening sockets systemd passed to this process (socket
+/// activation: `LISTEN_PID` is this process, `LISTEN_FDS` counts the
+/// descriptors from 3 on). The variables are removed so that children do
+/// not take the sockets for theirs. Empty without socket activation.
+pub fn systemd_listeners() -> Vec<std::os::fd::RawFd> {
+    const FIRST: std::os::fd::RawFd = 3;
+    let for_us = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        == Some(std::process::id());
+    let count = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse::<i32>().ok())
+        .unwrap_or(0);
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        // SAFETY (of the call, not an FFI): run before any thread of this
+        // process reads the environment (serve calls this at start-up).
+        unsafe { std::env::remove_var(var) };
+    }
+    if !for_us || count <= 0 {
+        return Vec::new();
+    }
+    (FIRST..FIRST + count).collect()
+}
+
+/// The TCP address a passed listening socket is bound to; `None` for a Unix
+/// socket (or anything else). The descriptor stays open and unowned.
+pub fn tcp_address_of(fd: std::os::fd::RawFd) -> Option<std::net::SocketAddr> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: FFI-level adoption of a descriptor only to ask getsockname;
+    // ManuallyDrop never closes it, so ownership stays with the caller.
+    let l = std::mem::ManuallyDrop::new(unsafe { std::net::TcpListener::from_raw_fd(fd) });
+    l.local_addr().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

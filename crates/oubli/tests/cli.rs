@@ -1055,3 +1055,99 @@ fn shares_put_read_destroy() {
     let verdict = env.json(&["audit", "--json"]);
     assert_eq!(verdict["verdict"], "ok", "{verdict}");
 }
+
+/// The man pages and completions in `share/` are what the current clap
+/// definitions generate (run `cargo run -p oubli -- generate share` after
+/// changing the CLI); the pages render with man(1) and the bash completion loads.
+#[test]
+fn man_pages_and_completions_are_current() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let tmp = tempfile::tempdir().unwrap();
+    Command::cargo_bin("oubli")
+        .unwrap()
+        .arg("generate")
+        .arg(tmp.path())
+        .assert()
+        .success();
+    let mut generated = Vec::new();
+    let mut stack = vec![tmp.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                generated.push(path.strip_prefix(tmp.path()).unwrap().to_path_buf());
+            }
+        }
+    }
+    assert!(generated.len() > 25, "{generated:?}");
+    let stale: Vec<String> = generated
+        .iter()
+        .filter(|rel| {
+            std::fs::read(repo.join("share").join(rel)).ok()
+                != Some(std::fs::read(tmp.path().join(rel)).unwrap())
+        })
+        .map(|rel| rel.display().to_string())
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "share/ is stale for {stale:?}: run `cargo run -p oubli -- generate share`"
+    );
+    let committed_pages = std::fs::read_dir(repo.join("share/man/man1"))
+        .unwrap()
+        .count();
+    let generated_pages = generated.iter().filter(|p| p.starts_with("man")).count();
+    assert_eq!(
+        committed_pages, generated_pages,
+        "a page for a removed command is left in share/man/man1"
+    );
+    if which("man") {
+        let out = std::process::Command::new("man")
+            .env("MANPAGER", "cat")
+            .arg("-l")
+            .arg(repo.join("share/man/man1/oubli-mount.1"))
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("oubli-mount"));
+    }
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("source \"$1\" && complete -p oubli")
+        .arg("bash")
+        .arg(repo.join("share/bash-completion/completions/oubli"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("_oubli oubli"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+#[test]
+fn version_names_the_features_and_the_crypto_provider() {
+    let out = Command::cargo_bin("oubli")
+        .unwrap()
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("oubli {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(
+        text.contains("+fuse") && text.contains("+nbd") && text.contains("+pkcs11"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tpm") && text.contains("crypto provider: ring"),
+        "{text}"
+    );
+}

@@ -267,3 +267,110 @@ fn snapshots_and_redact_on_a_live_mount() {
     // Nothing of alice opens for an adversary holding the store and the vault.
     env.cmd().arg("audit").assert().success();
 }
+
+/// An fstab-style mount: `mount -t fuse.oubli STORE MNT -o vault=…,password-file=…,_netdev`
+/// finds `/sbin/mount.fuse.oubli` (the `oubli` binary under that name, as
+/// `scripts/install` links it), and `umount MNT` unmounts after the commit.
+/// Needs root (it links the helper into /sbin for the test's duration).
+#[test]
+fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
+    if !fuse_available() {
+        return;
+    }
+    // SAFETY: FFI call without arguments that cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mount(8) helpers are installed in /sbin, which needs root");
+        return;
+    }
+    let helper = std::path::Path::new("/sbin/mount.fuse.oubli");
+    let ours = assert_cmd::cargo::cargo_bin("oubli");
+    match fs::read_link(helper) {
+        Ok(target) if target == ours => {}
+        Ok(_) => {
+            eprintln!(
+                "skipped: {} belongs to an installed oubli",
+                helper.display()
+            );
+            return;
+        }
+        Err(_) if helper.exists() => {
+            eprintln!("skipped: {} exists", helper.display());
+            return;
+        }
+        Err(_) => std::os::unix::fs::symlink(&ours, helper).unwrap(),
+    }
+    struct Unlink<'a>(&'a std::path::Path);
+    impl Drop for Unlink<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(self.0);
+        }
+    }
+    let _unlink = Unlink(helper);
+
+    let env = Env::new();
+    let password = env.dir.path().join("password");
+    fs::write(&password, "pw\n").unwrap();
+    fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let options = format!(
+        "defaults,vault={},password-file={},_netdev,noatime,x-systemd.automount",
+        env.dir.path().join("vault").display(),
+        password.display()
+    );
+    // As at boot: no OUBLI_* variables, only what the fstab line says.
+    let out = std::process::Command::new("mount")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args(["-t", "fuse.oubli", "-o", &options])
+        .arg(&env.store)
+        .arg(&env.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(env.mnt.to_str().unwrap())
+                && l.contains("fuse.oubli")),
+        "{mounts}"
+    );
+    fs::write(env.mnt.join("from-fstab"), b"mounted at boot").unwrap();
+    let out = std::process::Command::new("umount")
+        .arg(&env.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The mount process commits and lets go of the store.
+    let start = std::time::Instant::now();
+    loop {
+        let got = env.cmd().args(["get", "from-fstab"]).output().unwrap();
+        if got.status.success() {
+            assert_eq!(got.stdout, b"mounted at boot");
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    env.cmd()
+        .args(["status", "--json"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("\"pending_deletions\": 0"));
+}

@@ -454,3 +454,77 @@ fn serve_a_snapshot_read_only_and_take_automatic_snapshots() {
     assert!(names.contains(&"before"), "{names:?}");
     assert!((1..=2).contains(&auto), "{names:?}");
 }
+
+/// Socket activation as systemd does it (`systemd-socket-activate`, from
+/// the systemd package, holds the socket and starts `oubli serve` with it
+/// at the first connection, `LISTEN_FDS=1`): nbdinfo reads the export
+/// through the passed socket; the socket stays in place after the server
+/// stops (it is the service manager's). Without any socket, serve refuses.
+#[test]
+fn serve_takes_its_socket_from_systemd() {
+    if !tool("nbdinfo", "libnbd-bin") || !tool("systemd-socket-activate", "systemd") {
+        return;
+    }
+    let d = init();
+    let dir = d.path();
+    let o = output(oubli(dir).args(["serve", "--export", "disk", "--size", "1M"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nowhere to listen"));
+
+    let sock = dir.join("activated.sock");
+    let log = dir.join("activated.log");
+    let mut activator = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&sock)
+        .args(["-E", "OUBLI_PASSWORD=serve test", "--"])
+        .arg(env!("CARGO_BIN_EXE_oubli"))
+        .arg("--store")
+        .arg(dir.join("store"))
+        .arg("--vault")
+        .arg(dir.join("vault"))
+        .args(["serve", "--export", "disk", "--size", "1M"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    struct Reap<'a>(&'a mut Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let activator = Reap(&mut activator);
+    wait_for("the activation socket", || sock.exists());
+    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
+    let o = output(Command::new("nbdinfo").arg(&uri));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("1048576"),
+        "{}{}{logged}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        logged.contains("listening on the socket passed as descriptor 3"),
+        "{logged}"
+    );
+    // The same server answers the next client (the socket was handed over once).
+    let o = output(Command::new("nbdinfo").args(["--size", &uri]));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1048576");
+    // SIGTERM to the server (systemd-socket-activate exec'd it: same process).
+    let ok = output(
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(activator.0.id().to_string()),
+    )
+    .status
+    .success();
+    assert!(ok);
+    wait_for("the server to stop", || {
+        activator.0.try_wait().unwrap().is_some()
+    });
+    assert!(std::fs::read_to_string(&log).unwrap().contains("committed"));
+    assert!(sock.exists(), "the service manager's socket was removed");
+}

@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod data;
 mod failure;
+mod fstab;
 mod mount;
 mod password;
 mod serve;
@@ -187,6 +188,64 @@ enum Command {
     Vault(vault_cmd::VaultCommand),
     /// Unmount a mounted store: commits, so that everything deleted is unrecoverable
     Umount(mount::UmountArgs),
+    /// Write the man pages and shell completions under DIR (as under /usr/local/share)
+    #[command(hide = true)]
+    Generate { dir: PathBuf },
+}
+
+/// `oubli --version`: the version, what this build can do, and the crypto provider.
+fn long_version() -> String {
+    let features = [
+        (cfg!(feature = "tpm"), "tpm"),
+        (true, "pkcs11"),
+        (true, "fuse"),
+        (true, "nbd"),
+        (true, "nbd-tls"),
+    ];
+    let features: Vec<String> = features
+        .iter()
+        .map(|(on, name)| format!("{}{name}", if *on { '+' } else { '-' }))
+        .collect();
+    format!(
+        "{}\nfeatures: {}\ncrypto provider: {} (passwords: Argon2id)",
+        env!("CARGO_PKG_VERSION"),
+        features.join(" "),
+        session::provider().name()
+    )
+}
+
+/// `oubli generate DIR`: the man pages (`oubli(1)` and one per subcommand,
+/// `oubli-mount(1)`, ...) and the bash, zsh and fish completions, from the
+/// same clap definitions as the command itself, laid out as under
+/// `/usr/local/share` (the repository keeps a copy in `share/`, which the
+/// tests check is current and `scripts/install` copies).
+fn generate(dir: &std::path::Path) -> Result<String, Failure> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let man = dir.join("man/man1");
+    let completions = [
+        (Shell::Bash, "bash-completion/completions", "oubli"),
+        (Shell::Zsh, "zsh/site-functions", "_oubli"),
+        (Shell::Fish, "fish/vendor_completions.d", "oubli.fish"),
+    ];
+    let write = |path: std::path::PathBuf, bytes: Vec<u8>| {
+        std::fs::create_dir_all(path.parent().expect("a file in a directory"))
+            .and_then(|()| std::fs::write(&path, bytes))
+            .map_err(|e| Failure::file(format!("writing {}", path.display()), e))
+    };
+    std::fs::create_dir_all(&man)
+        .map_err(|e| Failure::file(format!("creating {}", man.display()), e))?;
+    clap_mangen::generate_to(Cli::command(), &man)
+        .map_err(|e| Failure::file(format!("writing man pages in {}", man.display()), e))?;
+    for (shell, sub, file) in completions {
+        let mut out = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "oubli", &mut out);
+        write(dir.join(sub).join(file), out)?;
+    }
+    Ok(format!(
+        "wrote man pages and completions under {}\n",
+        dir.display()
+    ))
 }
 
 /// Writes a command's output to stdout. A closed pipe (`oubli ls | head`)
@@ -252,6 +311,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Mount(args) => mount::mount(&g, args),
         Command::Umount(args) => mount::umount(&g, args),
         Command::Vault(command) => vault_cmd::run(&g, command),
+        Command::Generate { dir } => generate(&dir),
     }
 }
 
@@ -277,7 +337,19 @@ fn protect_process() {
 fn main() -> ExitCode {
     protect_process();
     // clap prints usage errors itself and exits with 2, as docs/CLI.md says.
-    let cli = Cli::parse();
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        let version: &'static str = Box::leak(long_version().into_boxed_str());
+        let args = match fstab::as_mount_helper(std::env::args_os().collect()) {
+            Ok(args) => args,
+            Err(message) => {
+                eprintln!("mount.fuse.oubli: {message}");
+                return ExitCode::from(oubli::exit::USAGE as u8);
+            }
+        };
+        let matches = Cli::command().long_version(version).get_matches_from(args);
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    };
     match run(cli).and_then(|out| emit(&out)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {

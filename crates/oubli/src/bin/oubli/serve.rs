@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// Arguments of `oubli serve`.
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("endpoint").required(true).multiple(true).args(["socket", "listen"])))]
+#[command(group(clap::ArgGroup::new("endpoint").multiple(true).args(["socket", "listen"])))]
 pub struct ServeArgs {
     /// The export to serve (created with --size if missing; also the default export)
     #[arg(long, value_name = "NAME")]
@@ -182,6 +182,24 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     };
     if let Some(addr) = listen {
         endpoints.push(Endpoint::Tcp(addr));
+    }
+    // Sockets from systemd (socket activation): a TCP one follows --listen's rules.
+    let mut listen = listen;
+    for fd in oubli_nbd::socket::systemd_listeners() {
+        if let Some(addr) = oubli_nbd::socket::tcp_address_of(fd) {
+            if listen.is_some() {
+                return Err(Failure::usage(
+                    "one TCP address at most: --listen, or one TCP socket from systemd",
+                ));
+            }
+            listen = Some(addr);
+        }
+        endpoints.push(Endpoint::Inherited(fd));
+    }
+    if endpoints.is_empty() {
+        return Err(Failure::usage(
+            "nowhere to listen: give --socket PATH or --listen HOST:PORT, or start oubli serve from a systemd socket unit",
+        ));
     }
     // Refused before the password is asked for and the store opened.
     let (tcp_tls, unix_tls) = tls_modes(a.tls, a.tls_certificates.is_some(), listen.as_ref())?;

@@ -1,0 +1,124 @@
+//! `mount -t fuse.oubli` and /etc/fstab: the `oubli` binary called as `mount.fuse.oubli` (a symlink, as mount(8) looks for helpers) turns mount's arguments into `oubli mount`.
+//!
+//! mount(8) runs `/sbin/mount.fuse.oubli SOURCE TARGET [-sfnv] -o OPTIONS`
+//! for an fstab line such as
+//!
+//! ```text
+//! /srv/store  /mnt/secret  fuse.oubli  defaults,vault=/etc/oubli/vault,password-file=/etc/oubli/pw,_netdev  0 0
+//! ```
+//!
+//! SOURCE is the store; `vault=` and `password-file=` become `--vault` and
+//! `--password-file`; every other option goes to `oubli mount -o` (which
+//! ignores what mount(8) and systemd keep for themselves: `defaults`,
+//! `_netdev`, `noauto`, `nofail`, `x-systemd.*`, `comment=`, ...). The
+//! command detaches once the file system is up, as mount(8) expects; `umount
+//! TARGET` unmounts, and the mount process commits before it exits.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+/// Names under which the binary acts as mount's helper.
+const HELPER_NAMES: &[&str] = &["mount.fuse.oubli", "mount.oubli"];
+
+/// The arguments `oubli` parses: unchanged, unless called as mount's helper.
+pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let called = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if !HELPER_NAMES.contains(&called) {
+        return Ok(args);
+    }
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut foreground = false;
+    let mut rest = args.into_iter().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.to_str() {
+            Some("-o") => {
+                let list = rest.next().ok_or("-o needs a value")?;
+                options.push(list.into_string().map_err(|_| "options must be UTF-8")?);
+            }
+            Some(o) if o.starts_with("-o") => options.push(o[2..].to_string()),
+            // No mtab, sloppy, verbose: nothing to do; fake: refused.
+            Some("-n" | "-s" | "-v") => {}
+            Some("-f") => return Err("-f (fake mount) is not supported".into()),
+            Some("-t") => {
+                rest.next();
+            }
+            Some(o) if o.starts_with("-t") => {}
+            Some("--foreground") => foreground = true,
+            Some(o) if o.starts_with('-') && o.len() > 1 => {
+                return Err(format!("unknown argument {o}"))
+            }
+            _ => positional.push(arg),
+        }
+    }
+    let [source, target] = <[OsString; 2]>::try_from(positional)
+        .map_err(|_| "usage: mount.fuse.oubli STORE MOUNTPOINT [-o OPTIONS]".to_string())?;
+    let mut out: Vec<OsString> = vec!["oubli".into(), "--store".into(), source];
+    let mut passed = Vec::new();
+    for opt in options.iter().flat_map(|l| l.split(',')) {
+        match opt.split_once('=') {
+            Some(("vault", v)) => out.extend(["--vault".into(), v.into()]),
+            Some(("password-file" | "password_file", v)) => {
+                out.extend(["--password-file".into(), v.into()])
+            }
+            Some(("on-vault-failure", v)) => out.extend(["--on-vault-failure".into(), v.into()]),
+            _ if opt.is_empty() => {}
+            _ => passed.push(opt.to_string()),
+        }
+    }
+    out.extend(["mount".into(), target]);
+    if foreground {
+        out.push("--foreground".into());
+    }
+    if !passed.is_empty() {
+        out.extend(["-o".into(), passed.join(",").into()]);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn fstab_arguments_become_oubli_mount() {
+        let got = as_mount_helper(args(&[
+            "/sbin/mount.fuse.oubli",
+            "/srv/store",
+            "/mnt/secret",
+            "-n",
+            "-o",
+            "rw,defaults,vault=/etc/oubli/vault,password-file=/etc/oubli/pw,_netdev,noatime",
+        ]))
+        .unwrap();
+        assert_eq!(
+            got,
+            args(&[
+                "oubli",
+                "--store",
+                "/srv/store",
+                "--vault",
+                "/etc/oubli/vault",
+                "--password-file",
+                "/etc/oubli/pw",
+                "mount",
+                "/mnt/secret",
+                "-o",
+                "rw,defaults,_netdev,noatime",
+            ])
+        );
+        // Called as itself, nothing changes.
+        let plain = args(&["oubli", "status"]);
+        assert_eq!(as_mount_helper(plain.clone()).unwrap(), plain);
+        assert!(as_mount_helper(args(&["mount.fuse.oubli", "/srv/store"])).is_err());
+        assert!(as_mount_helper(args(&["mount.fuse.oubli", "a", "b", "-f"])).is_err());
+    }
+}

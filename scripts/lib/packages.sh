@@ -24,9 +24,22 @@ install_packages() {
     done
     ((${#missing[@]})) || return 0
     if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        # One line per step; apt's own output only when a step fails.
+        local log
+        log=$(mktemp)
+        echo "$who: updating the package lists"
+        if ! apt-get update -qq >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            return 1
+        fi
         echo "$who: installing ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            return 1
+        fi
+        rm -f "$log"
     else
         echo "$who: missing packages: ${missing[*]} (run as root, or: sudo apt-get install -y ${missing[*]})" >&2
         return 1

@@ -106,6 +106,7 @@ pub mod crates {
 
 pub mod control;
 pub mod exit;
+pub mod metrics;
 pub mod orphans;
 pub mod report;
 pub mod retention;

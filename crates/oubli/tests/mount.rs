@@ -374,3 +374,59 @@ fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
         .success()
         .stdout(predicate::str::contains("\"pending_deletions\": 0"));
 }
+
+/// `status --watch` refreshes (non-terminal: blocks appended) with the write
+/// rate; `--metrics-file` is rewritten in Prometheus' format after a commit.
+#[test]
+fn status_watch_and_metrics_file_on_a_live_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let metrics = env.dir.path().join("oubli.prom");
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .arg("--metrics-file")
+        .arg(&metrics)
+        .assert()
+        .success();
+    let start = std::time::Instant::now();
+    while !metrics.exists() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let first = fs::read_to_string(&metrics).unwrap();
+    assert!(first.contains("# TYPE oubli_epoch gauge"), "{first}");
+    assert!(first.contains("oubli_epoch{store=\""), "{first}");
+
+    let mut watch = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"))
+        .args(["status", "--watch", "--interval", "1"])
+        .arg(&env.mnt)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    fs::write(env.mnt.join("f"), vec![1u8; 3 << 20]).unwrap();
+    fs::remove_file(env.mnt.join("f")).unwrap();
+    env.cmd().arg("purge").arg(&env.mnt).assert().success();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    watch.kill().unwrap();
+    let out = watch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.matches("write rate").count() >= 2, "{text}");
+    assert!(text.contains("refreshed"), "{text}");
+
+    let start = std::time::Instant::now();
+    loop {
+        let now = fs::read_to_string(&metrics).unwrap();
+        if now != first {
+            assert!(now.contains("oubli_pending_deletions{store="), "{now}");
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "metrics not rewritten after a commit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    env.cmd().arg("umount").arg(&env.mnt).assert().success();
+}

@@ -180,12 +180,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand purge" -l password-file -d '
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c oubli -n "__fish_oubli_using_subcommand status" -l interval -d 'Seconds between refreshes of --watch' -r
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l json -d 'Print JSON'
+complete -c oubli -n "__fish_oubli_using_subcommand status" -l watch -d 'Refresh every --interval seconds until interrupted (in place on a terminal), with the write rate'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l threshold -d 'Clean segments whose live share is below this fraction' -r
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -219,6 +221,7 @@ on\t'TLS for clients that ask; others are served in the clear'
 off\t'No TLS'"
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l tls-certificates -d 'Directory with ca-cert.pem, server-cert.pem and server-key.pem; clients must present a certificate signed by that CA (make them with scripts/nbd-certs, see docs/NBD.md)' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l snapshot-every -d 'Take an automatic snapshot this often (e.g. 1h, 1d): named auto-YYYYMMDD-HHMMSS' -r
+complete -c oubli -n "__fish_oubli_using_subcommand serve" -l metrics-file -d 'Write the store\'s figures in Prometheus\' text format to PATH at every commit' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l snapshot-keep -d 'Keep at most N automatic snapshots (the oldest are removed, and erased at the next commit)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-interval -d 'Commit at most this many seconds after a change (0: never on time)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-bytes -d 'Commit once this many bytes were written in the epoch (0: never on volume)' -r
@@ -230,6 +233,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand serve" -l on-vault-failure -
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s o -d 'Mount options, comma-separated (repeatable): allow_other, default_permissions, ro, fsname=NAME, subtype=TYPE, epoch_interval=SECS, epoch_bytes=N, epoch_deletions=N, snapdir=visible|hidden, snapshot_every=DURATION, snapshot_keep=N, and kernel options such as noatime' -r
+complete -c oubli -n "__fish_oubli_using_subcommand mount" -l metrics-file -d 'Write the store\'s figures in Prometheus\' text format to PATH at every commit' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F

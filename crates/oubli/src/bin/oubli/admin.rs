@@ -123,6 +123,56 @@ pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
     Ok(render_status(&report))
 }
 
+/// `oubli status --watch`: the status again every `interval` seconds, in
+/// place on a terminal (appended, separated by a blank line, otherwise),
+/// with the write rate between refreshes. Runs until interrupted. A store
+/// no process holds is opened (and its password checked) at every refresh.
+pub fn watch(g: &Global, interval: u64) -> Result<String, Failure> {
+    use std::io::{IsTerminal, Write};
+    let interval = std::time::Duration::from_secs(interval.max(1));
+    let terminal = std::io::stdout().is_terminal();
+    let mut last: Option<(std::time::Instant, u64, u64)> = None;
+    loop {
+        let report = crate::vault_cmd::report(g)?;
+        let now = std::time::Instant::now();
+        let rate = match last {
+            Some((at, epoch, bytes)) => {
+                // A commit in between starts the epoch's count again.
+                let written = if epoch == report.epoch {
+                    report.bytes_written_this_epoch.saturating_sub(bytes)
+                } else {
+                    report.bytes_written_this_epoch
+                };
+                format!(
+                    "{}/s",
+                    ui::size((written as f64 / (now - at).as_secs_f64()) as u64)
+                )
+            }
+            None => "(after the next refresh)".to_string(),
+        };
+        last = Some((now, report.epoch, report.bytes_written_this_epoch));
+        let text = format!(
+            "{}write rate   {rate}\nrefreshed    {} UTC, every {} s (Ctrl-C stops)\n",
+            render_status(&report),
+            ui::date(ui::now()),
+            interval.as_secs()
+        );
+        let mut out = std::io::stdout().lock();
+        let shown = if terminal {
+            // Home, clear the screen, draw.
+            write!(out, "\x1b[H\x1b[2J{text}")
+        } else {
+            writeln!(out, "{text}")
+        };
+        if shown.and_then(|()| out.flush()).is_err() {
+            // The reader went away (`| head`): done.
+            return Ok(String::new());
+        }
+        drop(out);
+        std::thread::sleep(interval);
+    }
+}
+
 fn render_status(r: &StatusReport) -> String {
     let mut pending = match (r.pending_deletions, r.pending_erasure_bytes) {
         (0, 0) => "none".to_string(),
@@ -237,7 +287,7 @@ pub fn gc(g: &Global, threshold: f64) -> Result<String, Failure> {
     let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
     let spinner = ui::spinner("cleaning");
     let report = session.store.gc(threshold);
-    spinner.finish_and_clear();
+    drop(spinner);
     let report = report.map_err(|e| g.fail(e))?;
     Ok(format!(
         "gc: {orphans} orphan object(s) deleted and erased, {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",

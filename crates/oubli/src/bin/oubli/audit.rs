@@ -160,6 +160,7 @@ pub fn audit(
     }
     drop(password);
 
+    let working = crate::ui::spinner("auditing: every key the adversary holds against every byte");
     let opened = g.open_store(vault.clone(), Access::Read, &provider);
     // The adversary holds the vault's whole content: the current key and
     // any older one a rotation left behind (read after the open, which
@@ -241,6 +242,7 @@ pub fn audit(
         "ok"
     };
 
+    drop(working);
     let text = if json {
         serde_json::to_string_pretty(&report).expect("plain data") + "\n"
     } else {

@@ -152,6 +152,12 @@ enum Command {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// Refresh every --interval seconds until interrupted (in place on a terminal), with the write rate
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
+        /// Seconds between refreshes of --watch
+        #[arg(long, value_name = "SECS", default_value_t = 2, requires = "watch")]
+        interval: u64,
         /// A live `oubli mount`: the store mounted there (instead of --store)
         mountpoint: Option<PathBuf>,
     },
@@ -297,9 +303,15 @@ fn run(cli: Cli) -> Result<String, Failure> {
             purge,
         } => snapshot_cmd::redact(&g, &path, mountpoint.as_deref(), purge),
         Command::Commit { mountpoint } => admin::commit(&g.at_mount(mountpoint.as_deref())?),
-        Command::Status { json, mountpoint } => {
-            admin::status(&g.at_mount(mountpoint.as_deref())?, json)
-        }
+        Command::Status {
+            json: _,
+            watch: true,
+            interval,
+            mountpoint,
+        } => admin::watch(&g.at_mount(mountpoint.as_deref())?, interval),
+        Command::Status {
+            json, mountpoint, ..
+        } => admin::status(&g.at_mount(mountpoint.as_deref())?, json),
         Command::Gc { threshold } => admin::gc(&g, threshold),
         Command::Audit {
             with_copy,

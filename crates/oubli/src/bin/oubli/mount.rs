@@ -31,6 +31,9 @@ pub struct MountArgs {
     /// Stay in the foreground (default: detach once the file system is mounted)
     #[arg(long, short = 'f')]
     foreground: bool,
+    /// Write the store's figures in Prometheus' text format to PATH at every commit
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
 }
 
 /// Arguments of `oubli umount`.
@@ -237,11 +240,15 @@ pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
     // Asked before detaching: the terminal is still ours.
     let password = g.password()?;
     let mut ready = if a.foreground { Ready(None) } else { detach()? };
+    let metrics = a
+        .metrics_file
+        .as_deref()
+        .map(|p| oubli::metrics::MetricsFile::new(&session::absolute(p), &g.store));
     let result = serve(
         g,
         a.foreground,
         mountpoint,
-        (opts, retention),
+        (opts, retention, metrics),
         password,
         &mut ready,
     );
@@ -255,7 +262,11 @@ fn serve(
     g: &Global,
     foreground: bool,
     mountpoint: PathBuf,
-    (opts, retention): (oubli_fuse::MountOptions, Retention),
+    (opts, retention, mut metrics): (
+        oubli_fuse::MountOptions,
+        Retention,
+        Option<oubli::metrics::MetricsFile>,
+    ),
     password: oubli::SecretBytes,
     ready: &mut Ready,
 ) -> Result<String, Failure> {
@@ -331,6 +342,9 @@ fn serve(
                 Ok(events) => events.iter().for_each(|e| log(&e.to_string())),
                 Err(e) => log(&format!("snapshot retention failed: {e}")),
             }
+        }
+        if let Some(Err(e)) = metrics.as_mut().map(|m| m.tick(&store)) {
+            log(&e);
         }
         if purge.swap(false, Ordering::SeqCst) {
             match session.purge() {

@@ -42,6 +42,9 @@ pub struct ServeArgs {
     /// Take an automatic snapshot this often (e.g. 1h, 1d): named auto-YYYYMMDD-HHMMSS
     #[arg(long, value_name = "DURATION", value_parser = crate::ui::parse_duration)]
     snapshot_every: Option<u64>,
+    /// Write the store's figures in Prometheus' text format to PATH at every commit
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
     /// Keep at most N automatic snapshots (the oldest are removed, and erased at the next commit)
     #[arg(long, value_name = "N")]
     snapshot_keep: Option<usize>,
@@ -341,6 +344,13 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     }
 
     let mut last_tick = Instant::now();
+    let mut metrics = a
+        .metrics_file
+        .as_deref()
+        .map(|p| oubli::metrics::MetricsFile::new(&session::absolute(p), &g.store));
+    if let Some(Err(e)) = metrics.as_mut().map(|m| m.tick(&store)) {
+        log(&e);
+    }
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if purge.swap(false, Ordering::SeqCst) {
@@ -351,6 +361,9 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         }
         if last_tick.elapsed() >= Duration::from_secs(1) {
             last_tick = Instant::now();
+            if let Some(Err(e)) = metrics.as_mut().map(|m| m.tick(&store)) {
+                log(&e);
+            }
             let before = store.epoch();
             store.tick();
             if store.epoch() != before {

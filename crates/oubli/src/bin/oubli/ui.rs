@@ -34,16 +34,29 @@ pub fn bytes_bar(total: Option<u64>, message: &'static str) -> ProgressBar {
     bar
 }
 
-/// A spinner for work of unknown length (gc), on a terminal only.
-pub fn spinner(message: &'static str) -> ProgressBar {
+/// A spinner with the elapsed time for work of unknown length (gc, audit,
+/// vault move), on a terminal only; cleared when dropped.
+pub fn spinner(message: &'static str) -> Spinner {
     if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+        return Spinner(ProgressBar::hidden());
     }
     let bar = ProgressBar::new_spinner();
     bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg} {spinner} {elapsed}").expect("static template"),
+    );
     bar.set_message(message);
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    bar
+    Spinner(bar)
+}
+
+/// A running [`spinner`]: the line goes away when the work is done.
+pub struct Spinner(ProgressBar);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
 }
 
 /// `1536` → `1.5 KiB`.

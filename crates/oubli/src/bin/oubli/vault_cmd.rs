@@ -500,6 +500,8 @@ fn migrate(
         None => password.clone(),
     };
 
+    // Passwords were asked above: the spinner starts with the work.
+    let _working = crate::ui::spinner("moving the key to the new vault");
     // 1. The current record, with the store opened writable so that an
     //    interrupted command's intent log is committed first.
     let source =

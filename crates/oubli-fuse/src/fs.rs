@@ -48,6 +48,25 @@ const S_IXGRP: u32 = libc::S_IXGRP;
 pub(crate) struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// The calling process (its supplementary groups are read from /proc when needed).
+    pub pid: u32,
+}
+
+impl Caller {
+    /// Whether the caller is in group `gid`: its primary group, or one of
+    /// the supplementary groups of its process (FUSE requests carry only the first).
+    fn in_group(&self, gid: u32) -> bool {
+        if self.gid == gid {
+            return true;
+        }
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("Groups:"))?;
+                Some(line[7..].split_whitespace().any(|g| g.parse() == Ok(gid)))
+            })
+            .unwrap_or(false)
+    }
 }
 
 /// Maps an engine error to the errno a program sees.
@@ -1134,7 +1153,31 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
-    pub(crate) fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
+    /// The kernel's rule when `caller` changes a file's data
+    /// (`file_remove_privs`): set-user-ID goes, and set-group-ID when the
+    /// file is group-executable or the caller is outside its group — unless
+    /// the caller is root (CAP_FSETID). Returns whether the mode changed.
+    fn drop_privs(st: &mut State, caller: Caller) -> bool {
+        let m = st.attr.mode;
+        if caller.uid == 0 || m & (S_ISUID | S_ISGID) == 0 {
+            return false;
+        }
+        let mut kill = m & S_ISUID;
+        if m & S_ISGID != 0 && (m & S_IXGRP != 0 || !caller.in_group(st.attr.gid)) {
+            kill |= S_ISGID;
+        }
+        st.attr.mode &= !kill;
+        kill != 0
+    }
+
+    pub(crate) fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        caller: Caller,
+    ) -> R<()> {
         self.writable()?;
         const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
@@ -1173,6 +1216,11 @@ impl Fs {
             st.attr.mtime = now;
             st.attr.ctime = now;
             st.dirty = true;
+        }
+        // As a local file system's fallocate (file_modified), in every mode.
+        if Self::drop_privs(&mut st, caller) {
+            st.attr.ctime = now;
+            self.persist(ino, &mut st)?;
         }
         let sensitive = st.sensitive();
         drop(st);
@@ -1780,7 +1828,11 @@ mod tests {
         )
     }
 
-    const ME: Caller = Caller { uid: 0, gid: 0 };
+    const ME: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
 
     #[test]
     fn files_unlinked_while_open_are_erased_by_the_next_mount() {

@@ -135,6 +135,7 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        pid: req.pid(),
     }
 }
 
@@ -673,7 +674,7 @@ impl Filesystem for Kernel {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -684,7 +685,7 @@ impl Filesystem for Kernel {
         empty(
             reply,
             self.on(ino.0)
-                .and_then(|(fs, oid, _)| fs.fallocate(oid, offset, length, mode)),
+                .and_then(|(fs, oid, _)| fs.fallocate(oid, offset, length, mode, caller(req))),
         );
     }
 }

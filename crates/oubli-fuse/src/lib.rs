@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod atime;
 mod fs;
 mod kernel;
 pub mod meta;
@@ -129,7 +130,7 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn config(opts: &MountOptions) -> Config {
+fn config(opts: &MountOptions, root: bool) -> Config {
     let mut mount_options = vec![MountOption::FSName(opts.fsname.clone())];
     if !opts.subtype.is_empty() {
         // As a kernel option, so that mount(2) (as root) shows the type
@@ -143,12 +144,23 @@ fn config(opts: &MountOptions) -> Config {
     } else {
         MountOption::RW
     });
+    if !root {
+        // fusermount3 sets the access-time flags itself (its own table of
+        // mount flags); as root they are set after mounting (atime.rs).
+        for a in opts.atime.iter().filter(|a| !a.ends_with("lazytime")) {
+            mount_options.push(MountOption::CUSTOM(a.clone()));
+        }
+    }
+    if opts.dev {
+        mount_options.push(MountOption::Dev);
+    }
+    if opts.suid {
+        mount_options.push(MountOption::Suid);
+    }
     for e in &opts.extra {
         mount_options.push(match e.as_str() {
             "noatime" => MountOption::NoAtime,
             "atime" => MountOption::Atime,
-            "nosuid" => MountOption::NoSuid,
-            "nodev" => MountOption::NoDev,
             "noexec" => MountOption::NoExec,
             "sync" => MountOption::Sync,
             "dirsync" => MountOption::DirSync,
@@ -383,10 +395,17 @@ pub fn mount(
     options: MountOptions,
 ) -> Result<Session, Error> {
     check_fuse()?;
+    // SAFETY: FFI call without arguments that cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if (options.dev || options.suid) && !root {
+        return Err(Error::Options(
+            "-o dev and -o suid need root (fusermount3 refuses them to other users): mount as root, or leave them out (the mount is nodev,nosuid)".into(),
+        ));
+    }
     let mountpoint = mountpoint.as_ref().to_path_buf();
     let snaps = snapdir::Snapdir::new(store.clone(), &options);
     let fs = Arc::new(Fs::new(store, &options)?);
-    let config = config(&options);
+    let config = config(&options, root);
     let kernel = kernel::Kernel::new(fs.clone(), snaps);
     let mut session = fuser::Session::new(kernel, &mountpoint, &config)
         .map_err(|e| mount_error(e, &mountpoint))?;
@@ -397,13 +416,21 @@ pub fn mount(
         .spawn(move || session.run())
         .map_err(Error::Mount)?;
     let ticker = Ticker::start(fs.clone(), options.tick).map_err(Error::Mount)?;
-    Ok(Session {
+    let session = Session {
         fs,
         unmounter,
         thread: Some(thread),
         ticker,
         mountpoint,
-    })
+    };
+    // Once requests are served: reading the mount's flags asks the file system (statfs).
+    if root && !options.atime.is_empty() {
+        if let Err(e) = atime::apply(&session.mountpoint, &options.atime) {
+            let _ = session.unmount();
+            return Err(Error::Mount(e));
+        }
+    }
+    Ok(session)
 }
 
 /// Mounts and serves until the file system is unmounted from outside, or

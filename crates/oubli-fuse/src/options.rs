@@ -34,6 +34,15 @@ pub struct MountOptions {
     pub space_from: Option<PathBuf>,
     /// Owner of the root directory when the store is mounted for the first time; default: the mounting user.
     pub root_owner: Option<(u32, u32)>,
+    /// Allow device nodes and set-id programs (`-o dev`, `-o suid`): only
+    /// for root (refused otherwise, as fusermount3 does); default off
+    /// (`nodev,nosuid`, as every FUSE mount).
+    pub dev: bool,
+    pub suid: bool,
+    /// Access-time flags of the mount (`nodiratime`, `relatime`,
+    /// `strictatime`, ... and `lazytime`): applied to the mount point after
+    /// mounting (see `atime` in lib.rs), not passed as FUSE data options.
+    pub atime: Vec<String>,
     /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
     /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
     pub snapdir_visible: bool,
@@ -60,6 +69,9 @@ impl Default for MountOptions {
                 .clamp(4, 16),
             space_from: None,
             root_owner: None,
+            dev: false,
+            suid: false,
+            atime: Vec::new(),
             snapdir_visible: false,
             extra: Vec::new(),
         }
@@ -107,9 +119,15 @@ impl MountOptions {
                         _ => return Err(format!("-o {opt}: snapdir=visible or snapdir=hidden")),
                     }
                 }
+                "dev" => self.dev = true,
+                "nodev" => self.dev = false,
+                "suid" => self.suid = true,
+                "nosuid" => self.suid = false,
+                "nodiratime" | "diratime" | "relatime" | "norelatime" | "strictatime"
+                | "nostrictatime" | "lazytime" | "nolazytime" => self.atime.push(key.to_string()),
                 // Options fusermount and mount(8) pass along that mean nothing here.
-                "dev" | "suid" | "exec" | "async" | "auto" | "noauto" | "nofail" | "_netdev"
-                | "user" | "nouser" | "users" | "defaults" | "comment" => {}
+                "exec" | "async" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "nouser"
+                | "users" | "defaults" | "comment" => {}
                 // systemd's fstab generator and mount(8) keep these for themselves.
                 k if k.starts_with("x-") => {}
                 "allow_root" | "auto_unmount" => {
@@ -161,6 +179,10 @@ mod tests {
             })
         );
         assert_eq!(o.extra, vec!["noatime".to_string()]);
+        o.parse("nodiratime,relatime,lazytime,dev,suid,nosuid")
+            .unwrap();
+        assert_eq!(o.atime, ["nodiratime", "relatime", "lazytime"]);
+        assert!(o.dev && !o.suid);
         assert!(o.parse("epoch_bytes=lots").is_err());
         assert!(o.parse("epoch_bytes").is_err());
     }

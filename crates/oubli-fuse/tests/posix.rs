@@ -722,3 +722,109 @@ fn read_only_mount() {
     m.unmount();
     assert_eq!(store.epoch(), epoch, "a read-only mount writes nothing");
 }
+
+/// fallocate, punch hole and zero range by an unprivileged user drop the
+/// set-id bits as a local file system does (set-user-ID always;
+/// set-group-ID when group-executable or the caller is outside the group);
+/// root keeps them.
+#[test]
+fn fallocate_by_an_unprivileged_user_drops_set_id_bits() {
+    let Some(m) = mounted() else { return };
+    let fallocate = |p: &Path, mode: i32| {
+        let f = OpenOptions::new().write(true).open(p).unwrap();
+        // SAFETY: FFI on an open descriptor.
+        check(unsafe { libc::fallocate(f.as_raw_fd(), mode, 0, 4096) }).unwrap();
+    };
+    let modes = [
+        0,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_ZERO_RANGE,
+    ];
+    for (i, mode) in modes.into_iter().enumerate() {
+        let p = m.path(&format!("f{i}"));
+        fs::write(&p, vec![1u8; 8192]).unwrap();
+        std::os::unix::fs::chown(&p, Some(1000), Some(1000)).unwrap();
+        let set = |bits: u32| fs::set_permissions(&p, fs::Permissions::from_mode(bits)).unwrap();
+        let bits = || fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+        // Set-user-ID: dropped for the owner too.
+        set(0o4666);
+        as_user(1000, 1000, || fallocate(&p, mode));
+        assert_eq!(bits(), 0o666, "mode {mode}: set-user-ID kept");
+        // Set-group-ID without group execute, caller in the group: kept.
+        set(0o2666);
+        as_user(1000, 1000, || fallocate(&p, mode));
+        assert_eq!(
+            bits(),
+            0o2666,
+            "mode {mode}: set-group-ID dropped for a group member"
+        );
+        // ... caller outside the group: dropped.
+        as_user(1001, 1001, || fallocate(&p, mode));
+        assert_eq!(
+            bits(),
+            0o666,
+            "mode {mode}: set-group-ID kept for an outsider"
+        );
+        // Group-executable: dropped even for a member.
+        set(0o2676);
+        as_user(1000, 1000, || fallocate(&p, mode));
+        assert_eq!(
+            bits(),
+            0o676,
+            "mode {mode}: group-executable set-group-ID kept"
+        );
+        // Root keeps them (CAP_FSETID).
+        set(0o6777);
+        fallocate(&p, mode);
+        assert_eq!(bits(), 0o6777, "mode {mode}: root dropped set-id bits");
+    }
+}
+
+/// Access-time options are mount flags (not FUSE data options): accepted,
+/// and visible in /proc/self/mounts; `dev` and `suid` are honoured as root.
+#[test]
+fn atime_options_dev_and_suid_reach_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let mount_line = |m: &Mounted| {
+        fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(m.mnt.to_str().unwrap()))
+            .expect("mount listed")
+            .to_string()
+    };
+    let mut opts = default_options();
+    opts.parse("nodiratime,strictatime,lazytime").unwrap();
+    let m = Mounted::new(mem_store(), opts);
+    let line = mount_line(&m);
+    assert!(
+        line.contains("nodiratime") && !line.contains("relatime"),
+        "{line}"
+    );
+    assert!(line.contains("nosuid") && line.contains("nodev"), "{line}");
+    fs::write(m.path("f"), b"x").unwrap();
+    drop(m);
+
+    let mut opts = default_options();
+    opts.parse("relatime,dev,suid").unwrap();
+    let m = Mounted::new(mem_store(), opts);
+    let line = mount_line(&m);
+    assert!(line.contains("relatime"), "{line}");
+    assert!(
+        !line.contains("nosuid") && !line.contains("nodev"),
+        "{line}"
+    );
+    // A device node made on the mount opens (/dev/null's numbers).
+    let node = cpath(&m.path("null"));
+    // SAFETY: FFI with a valid path.
+    check(unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) })
+        .unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(m.path("null"))
+        .unwrap()
+        .write_all(b"into /dev/null")
+        .unwrap();
+}

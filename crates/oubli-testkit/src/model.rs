@@ -12,6 +12,10 @@ pub struct Model {
     pub snapshots: BTreeMap<String, BTreeMap<u64, Vec<u8>>>,
     /// Objects whose key share was destroyed: listed, unreadable, erased.
     pub destroyed: BTreeSet<u64>,
+    /// Object → the share it is under (an index in the runner's list of
+    /// shares). Part of the model, so that a crash that loses an object
+    /// also loses its placement (its id may be given to a new object).
+    pub share_of: BTreeMap<u64, usize>,
 }
 
 impl Default for Model {
@@ -20,6 +24,7 @@ impl Default for Model {
             objects: [(ROOT_DIR, Vec::new())].into_iter().collect(),
             snapshots: BTreeMap::new(),
             destroyed: BTreeSet::new(),
+            share_of: BTreeMap::new(),
         }
     }
 }

@@ -6,7 +6,7 @@ use oubli_core::{Error, Store, Vault, ROOT_DIR};
 use oubli_crypto::SecretKey;
 use oubli_media::SplitMix64;
 use oubli_vault::MemoryVault;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 /// One operation. Objects are picked by index among the live ones at run time,
@@ -176,8 +176,6 @@ pub struct Runner {
     pub shares: Vec<(String, Arc<MemoryVault>, bool)>,
     /// The share vaults the store's opener reaches, by address.
     share_vaults: ShareVaults,
-    /// Object → index in `shares` of the share it is under.
-    share_of: BTreeMap<u64, usize>,
 }
 
 impl Default for Runner {
@@ -192,7 +190,6 @@ impl Default for Runner {
             next_snapshot: 1,
             shares: Vec::new(),
             share_vaults: Arc::default(),
-            share_of: BTreeMap::new(),
         }
     }
 }
@@ -342,7 +339,7 @@ impl Runner {
                 let oid = store.create_object(b"")?;
                 self.model.objects.insert(oid, Vec::new());
                 store.set_share(oid, &self.shares[share].0)?;
-                self.share_of.insert(oid, share);
+                self.model.share_of.insert(oid, share);
             }
             Step::ShareDestroy { pick } => {
                 let Some(share) = self.live_share(*pick) else {
@@ -351,6 +348,7 @@ impl Runner {
                 // The share vault's key goes first, and for good: whatever
                 // the store's commit does, the data is gone (acknowledged).
                 let doomed: Vec<u64> = self
+                    .model
                     .share_of
                     .iter()
                     .filter(|(_, s)| **s == share)

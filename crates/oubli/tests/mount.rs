@@ -344,15 +344,7 @@ fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
         "{mounts}"
     );
     fs::write(env.mnt.join("from-fstab"), b"mounted at boot").unwrap();
-    let out = std::process::Command::new("umount")
-        .arg(&env.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    plain_umount(&env.mnt);
     // The mount process commits and lets go of the store.
     let start = std::time::Instant::now();
     loop {
@@ -429,4 +421,43 @@ fn status_watch_and_metrics_file_on_a_live_mount() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     env.cmd().arg("umount").arg(&env.mnt).assert().success();
+}
+
+/// A mount right after a plain `umount` waits for the previous mount process
+/// to commit and let go of the store, instead of failing "in use"; a store
+/// still mounted elsewhere fails at once, naming where.
+#[test]
+fn mount_waits_for_the_previous_holder_and_refuses_a_second_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    env.cmd().arg("mount").arg(&env.mnt).assert().success();
+    fs::write(env.mnt.join("kept"), b"across remounts").unwrap();
+    let other = env.dir.path().join("other");
+    fs::create_dir(&other).unwrap();
+    env.cmd()
+        .arg("mount")
+        .arg(&other)
+        .assert()
+        .code(11)
+        .stderr(predicate::str::contains("already mounted at"));
+    // Plain umount(8): returns before the mount process has committed.
+    plain_umount(&env.mnt);
+    env.cmd().arg("mount").arg(&env.mnt).assert().success();
+    assert_eq!(fs::read(env.mnt.join("kept")).unwrap(), b"across remounts");
+    env.cmd().arg("umount").arg(&env.mnt).assert().success();
+}
+
+/// umount(8), which returns before the mount process has committed.
+fn plain_umount(mnt: &std::path::Path) {
+    let out = std::process::Command::new("umount")
+        .arg(mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -270,7 +270,7 @@ fn serve(
     password: oubli::SecretBytes,
     ready: &mut Ready,
 ) -> Result<String, Failure> {
-    let _lock = g.lock(Access::Write)?;
+    let _lock = lock_after_previous_holder(g)?;
     let provider = session::provider();
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     let shares = g.share_opener(&password, &provider);
@@ -371,6 +371,61 @@ fn serve(
         mountpoint.display(),
         store.epoch()
     ))
+}
+
+/// How long a mount waits for the process that held the store before.
+const PREVIOUS_HOLDER_WAIT: Duration = Duration::from_secs(30);
+
+/// The store's lock for a mount. Right after a plain `umount` (or
+/// `fusermount3 -u`) the previous mount process may still be committing
+/// and holding the store: when no mount of this store is in the mount
+/// table, wait for it (bounded, saying so) instead of failing at once. A
+/// store mounted elsewhere fails at once, naming where.
+fn lock_after_previous_holder(g: &Global) -> Result<Option<std::fs::File>, Failure> {
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        match g.lock(Access::Write) {
+            Err(f) if f.code == exit::BUSY => {
+                if let Some(at) = mount_of_store(&g.store) {
+                    return Err(Failure::new(
+                        exit::BUSY,
+                        format!(
+                            "store {} is already mounted at {}",
+                            g.store.display(),
+                            at.display()
+                        ),
+                        format!("unmount it first: oubli umount {}", at.display()),
+                    ));
+                }
+                if start.elapsed() >= PREVIOUS_HOLDER_WAIT {
+                    return Err(f);
+                }
+                if !said {
+                    log(&format!(
+                        "store {} is held by another process (an unmount still committing?): waiting up to {} s",
+                        g.store.display(),
+                        PREVIOUS_HOLDER_WAIT.as_secs()
+                    ));
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Where the store is mounted by `oubli mount` (default fsname), if anywhere.
+fn mount_of_store(store: &Path) -> Option<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = format!("{FSNAME_PREFIX}{}", store.display());
+    table.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let source = unescape_mount_field(right.split(' ').nth(1)?);
+        let at = unescape_mount_field(left.split(' ').nth(4)?);
+        (source == want).then(|| PathBuf::from(at))
+    })
 }
 
 /// The `fsname` of an `oubli mount` that did not set its own: this, then the store's path.

@@ -1153,6 +1153,23 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
+    /// An allocating fallocate promises that writes into the range will find
+    /// room. Nothing is preallocated (cells are written when data is), so
+    /// the promise is checked against what the medium can take now: the
+    /// range, sealed (cell tags and key-tree nodes, counted generously at
+    /// 1/64), must fit in the space left on the store's file system, or the
+    /// call fails with ENOSPC instead of a later write.
+    fn check_room(&self, length: u64) -> R<()> {
+        let Some((_, _, avail)) = self.space_from.as_deref().and_then(host_space) else {
+            return Ok(());
+        };
+        let sealed = length.saturating_add(length / 64);
+        if sealed > avail {
+            return Err(Errno::ENOSPC);
+        }
+        Ok(())
+    }
+
     /// The kernel's rule when `caller` changes a file's data
     /// (`file_remove_privs`): set-user-ID goes, and set-group-ID when the
     /// file is group-executable or the caller is outside its group — unless
@@ -1191,6 +1208,9 @@ impl Fs {
         let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
         if length == 0 {
             return Err(Errno::EINVAL);
+        }
+        if mode & (PUNCH_HOLE | ZERO_RANGE) == 0 {
+            self.check_room(length)?;
         }
         let _g = self.shared();
         let node = self.node(ino)?;

@@ -828,3 +828,74 @@ fn atime_options_dev_and_suid_reach_the_mount() {
         .write_all(b"into /dev/null")
         .unwrap();
 }
+
+/// On a store whose file system is nearly full, fallocate that could not be
+/// written later fails with ENOSPC at once, and statfs reports that file
+/// system's size. (Needs root to mount a 24 MiB tmpfs for the store.)
+#[test]
+fn fallocate_beyond_the_free_space_fails_with_enospc() {
+    if !fuse_available() {
+        return;
+    }
+    let small = tempfile::tempdir().unwrap();
+    let target = cpath(small.path());
+    let (tmpfs, size) = (
+        std::ffi::CString::new("tmpfs").unwrap(),
+        std::ffi::CString::new("size=24m").unwrap(),
+    );
+    // SAFETY: FFI with valid C strings.
+    if unsafe {
+        libc::mount(
+            tmpfs.as_ptr(),
+            target.as_ptr(),
+            tmpfs.as_ptr(),
+            0,
+            size.as_ptr().cast(),
+        )
+    } != 0
+    {
+        eprintln!(
+            "skipped: mounting a tmpfs needs root ({})",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    struct Unmount(std::ffi::CString);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // SAFETY: FFI with a valid C string.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let _unmount = Unmount(target);
+    let dir = small.path().join("store");
+    let medium = oubli_media::DirMedium::create(&dir).unwrap();
+    let store = store_on(std::sync::Arc::new(medium), store_options());
+    let mut opts = default_options();
+    opts.space_from = Some(dir);
+    let m = Mounted::new(store, opts);
+    let f = File::create(m.path("big")).unwrap();
+    let fallocate = |len: i64| {
+        // SAFETY: FFI on an open descriptor.
+        check(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) })
+    };
+    assert_eq!(errno(fallocate(64 << 20)), libc::ENOSPC);
+    assert_eq!(
+        f.metadata().unwrap().len(),
+        0,
+        "a refused fallocate changed the size"
+    );
+    fallocate(4 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 4 << 20);
+    let c = cpath(&m.mnt);
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: FFI with a valid path and a writable statvfs.
+    check(unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) }).unwrap();
+    // SAFETY: statvfs succeeded.
+    let s = unsafe { s.assume_init() };
+    let total = s.f_blocks * s.f_frsize;
+    assert!(
+        (20 << 20..=28 << 20).contains(&total),
+        "statfs reports {total} bytes"
+    );
+}

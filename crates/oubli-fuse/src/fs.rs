@@ -109,6 +109,9 @@ struct State {
     opens: u32,
     /// The object is gone from the store (served from memory until forgotten).
     deleted: bool,
+    /// Bytes the object stores (its cells' ranges): `st_blocks`. Counted
+    /// when asked, forgotten by every change to the data.
+    stored: std::cell::Cell<Option<u64>>,
 }
 
 impl State {
@@ -291,6 +294,7 @@ impl Fs {
                 lookups: 1,
                 opens: 0,
                 deleted: false,
+                stored: std::cell::Cell::new(None),
             }),
         });
         lock(&fs.table).insert(ROOT_DIR, node);
@@ -352,6 +356,7 @@ impl Fs {
                         lookups: 0,
                         opens: 0,
                         deleted: false,
+                        stored: std::cell::Cell::new(None),
                     }),
                 });
                 table.insert(oid, node.clone());
@@ -418,7 +423,7 @@ impl Fs {
         FileAttr {
             ino: INodeNo(oid),
             size,
-            blocks: size.div_ceil(512),
+            blocks: self.stored_bytes(oid, st).div_ceil(512),
             atime: a.atime.to_system(),
             mtime: a.mtime.to_system(),
             ctime: a.ctime.to_system(),
@@ -431,6 +436,27 @@ impl Fs {
             rdev: a.rdev,
             blksize: self.blksize,
             flags: 0,
+        }
+    }
+
+    /// What `st_blocks` counts: for a regular file, the bytes its cells
+    /// store (holes and never-written ranges are not counted, so sparse
+    /// files look sparse, as `SEEK_DATA`/`SEEK_HOLE` say: the same stored
+    /// ranges); for other inodes, their size.
+    fn stored_bytes(&self, oid: u64, st: &State) -> u64 {
+        if st.attr.kind() != S_IFREG || st.deleted || st.size == 0 {
+            return if st.attr.is_dir() { 4096 } else { st.size };
+        }
+        if let Some(n) = st.stored.get() {
+            return n;
+        }
+        match self.store.extents(oid, 0, st.size) {
+            Ok(ranges) => {
+                let n = ranges.iter().map(|(_, len)| len).sum();
+                st.stored.set(Some(n));
+                n
+            }
+            Err(_) => st.size,
         }
     }
 
@@ -527,6 +553,7 @@ impl Fs {
             if !st.deleted {
                 self.store.truncate(ino, size).map_err(errno)?;
             }
+            st.stored.set(None);
             erased = size < st.size;
             if size != st.size || req.mtime.is_none() {
                 st.attr.mtime = now;
@@ -647,6 +674,7 @@ impl Fs {
                 lookups: 1,
                 opens,
                 deleted: false,
+                stored: std::cell::Cell::new(None),
             }),
         });
         let st = lock(&node.st);
@@ -1137,6 +1165,7 @@ impl Fs {
         st.changeable()?;
         let overwrote = offset < st.size && !data.is_empty();
         self.store.write(ino, offset, data).map_err(errno)?;
+        st.stored.set(None);
         let end = offset + data.len() as u64;
         if end > st.size && !data.is_empty() {
             st.size = end;
@@ -1220,6 +1249,7 @@ impl Fs {
             return Err(Errno::ENODEV);
         }
         let mut erased = false;
+        st.stored.set(None);
         if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
             // No preallocation: a zeroed range is a hole, and its old bytes are erased.
             if offset < st.size {

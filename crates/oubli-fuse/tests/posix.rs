@@ -899,3 +899,62 @@ fn fallocate_beyond_the_free_space_fails_with_enospc() {
         "statfs reports {total} bytes"
     );
 }
+
+/// `st_blocks` counts the bytes stored, not the size: a sparse file looks
+/// sparse (as `cp --sparse`, `tar -S` and `rsync -S` test it), a full one
+/// does not, and both agree with SEEK_DATA/SEEK_HOLE.
+#[test]
+fn st_blocks_counts_stored_bytes() {
+    let Some(m) = mounted() else { return };
+    let sparse = m.path("sparse");
+    let f = File::create(&sparse).unwrap();
+    f.set_len(100_001).unwrap();
+    f.write_all_at(b"x", 100_000).unwrap();
+    let meta = fs::metadata(&sparse).unwrap();
+    assert_eq!(meta.len(), 100_001);
+    assert!(
+        meta.blocks() * 512 < 4096,
+        "one byte written reports {} blocks",
+        meta.blocks()
+    );
+    // SAFETY: FFI on an open descriptor.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    assert_eq!(data, 100_000);
+    f.sync_all().unwrap();
+    assert!(
+        fs::metadata(&sparse).unwrap().blocks() * 512 < 4096,
+        "after the flush too"
+    );
+
+    let full = m.path("full");
+    fs::write(&full, vec![7u8; 100_001]).unwrap();
+    assert!(fs::metadata(&full).unwrap().blocks() * 512 >= 100_001);
+    // Punching whole cells gives their space back.
+    let f = OpenOptions::new().write(true).open(&full).unwrap();
+    // SAFETY: FFI on an open descriptor.
+    check(unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            65_536,
+        )
+    })
+    .unwrap();
+    let after = fs::metadata(&full).unwrap().blocks() * 512;
+    assert!(
+        after <= 100_001 - 65_536 + 512,
+        "{after} bytes after punching 64 KiB"
+    );
+    // A copy with holes kept is as sparse as the original.
+    let copy = m.path("copy");
+    let out = std::process::Command::new("cp")
+        .arg("--sparse=always")
+        .arg(&sparse)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(fs::metadata(&copy).unwrap().blocks() * 512 < 4096);
+    assert_eq!(fs::read(&copy).unwrap(), fs::read(&sparse).unwrap());
+}

@@ -27,9 +27,11 @@ pub(crate) type R<T> = Result<T, Errno>;
 
 /// Longest name accepted (as most file systems; `statfs` reports it).
 pub(crate) const NAME_MAX: usize = 255;
-/// Room for extended attributes per inode (names + values). They live in the
-/// object's metadata, which is rewritten whole on every change.
-pub(crate) const XATTR_ROOM: usize = 64 * 1024;
+/// Room for extended attributes per inode (names + values): four values of
+/// the kernel's maximum (64 KiB) and their names. They live in the object's
+/// metadata, which is rewritten whole on every change of the inode's
+/// attributes, so an inode with large ones makes those changes cost more.
+pub(crate) const XATTR_ROOM: usize = 4 * (64 * 1024 + 256);
 /// The extended attribute that marks a file or directory sensitive.
 pub const SENSITIVE_XATTR: &[u8] = b"user.oubli.sensitive";
 /// The extended attribute that names a key share: on a directory, every

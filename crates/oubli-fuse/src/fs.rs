@@ -509,9 +509,18 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
+        if name == b"." {
+            // Of any inode: the kernel decodes a file handle (NFS export,
+            // open_by_handle_at) by looking up "." in the inode it names.
+            let node = self.node_ref(parent, 1)?;
+            let st = lock(&node.st);
+            if st.deleted {
+                return Err(Errno::ESTALE);
+            }
+            return Ok(self.file_attr(parent, &st));
+        }
         let dir = self.dir(parent)?;
         let oid = match name {
-            b"." => parent,
             b".." => lock(&dir.st).attr.parent.max(ROOT_DIR),
             _ => self
                 .store

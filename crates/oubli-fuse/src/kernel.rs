@@ -194,6 +194,10 @@ impl Filesystem for Kernel {
         // Requests in one directory may run in parallel (the engine serialises what must be).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        // File handles (name_to_handle_at, NFS re-export) outlive the
+        // kernel's caches and remounts: inode numbers are object ids, never
+        // reused, and "." / ".." are answered by id.
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         Ok(())
     }
 

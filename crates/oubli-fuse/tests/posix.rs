@@ -969,3 +969,68 @@ fn st_blocks_counts_stored_bytes() {
     assert!(fs::metadata(&copy).unwrap().blocks() * 512 < 4096);
     assert_eq!(fs::read(&copy).unwrap(), fs::read(&sparse).unwrap());
 }
+
+/// A file handle (name_to_handle_at) opens again with open_by_handle_at
+/// after a remount — nothing of the kernel's caches is left — for a file
+/// and a directory; a deleted file's handle is stale. (NFS re-export needs
+/// the same.)
+#[test]
+fn file_handles_survive_a_remount() {
+    if !fuse_available() {
+        return;
+    }
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"by handle").unwrap();
+    fs::write(m.path("gone"), b"x").unwrap();
+    let handle_of = |p: &Path| -> Vec<u8> {
+        let c = cpath(p);
+        // struct file_handle: u32 handle_bytes, i32 handle_type, then the bytes (MAX_HANDLE_SZ 128).
+        let mut buf = vec![0u8; 8 + 128];
+        buf[..4].copy_from_slice(&128u32.to_ne_bytes());
+        let mut mount_id = 0;
+        // SAFETY: FFI with a valid path and a buffer laid out as struct file_handle.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_name_to_handle_at,
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                buf.as_mut_ptr(),
+                &mut mount_id as *mut libc::c_int,
+                0,
+            ) as libc::c_int
+        })
+        .expect("name_to_handle_at");
+        buf
+    };
+    let file = handle_of(&m.path("d/f"));
+    let dir = handle_of(&m.path("d"));
+    let gone = handle_of(&m.path("gone"));
+    fs::remove_file(m.path("gone")).unwrap();
+    m.unmount();
+    let m = Mounted::new(store, default_options());
+    let root = File::open(&m.mnt).unwrap();
+    let open = |h: &[u8], flags: i32| {
+        let mut h = h.to_vec();
+        // SAFETY: FFI with an open mount descriptor and a struct file_handle buffer.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_open_by_handle_at,
+                root.as_raw_fd(),
+                h.as_mut_ptr(),
+                flags,
+            ) as libc::c_int
+        })
+    };
+    let fd = open(&file, libc::O_RDONLY).expect("open_by_handle_at of a file after a remount");
+    // SAFETY: the descriptor was just opened and is owned here.
+    let mut f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut text = String::new();
+    f.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "by handle");
+    let fd = open(&dir, libc::O_RDONLY | libc::O_DIRECTORY).expect("a directory's handle");
+    // SAFETY: as above.
+    drop(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    assert_eq!(errno(open(&gone, libc::O_RDONLY)), libc::ESTALE);
+}

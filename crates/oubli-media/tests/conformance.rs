@@ -1,0 +1,258 @@
+//! The `Medium` conformance suite: the same properties, checked on every medium (memory, directory, file, and the recording and fault-injecting wrappers); a new medium joins by adding one `Subject`.
+//!
+//! What the engine relies on (oubli-core `Medium`): append-only segments
+//! read back byte for byte, errors of the documented kinds, two independent
+//! superblock slots of up to `SUPERBLOCK_MAX` bytes, idempotent deletion,
+//! and — for media that persist — everything synced present after a reopen.
+
+use oubli_media::{
+    DirMedium, FaultMedium, FileMedium, Medium, MemMedium, RecordingMedium, Slot, SUPERBLOCK_MAX,
+};
+use std::io::ErrorKind;
+use std::sync::Arc;
+
+/// Makes or opens a medium in a scratch directory.
+type Maker = fn(&std::path::Path) -> Box<dyn Medium>;
+
+/// A medium under test: made fresh, and (for persistent ones) opened again.
+struct Subject {
+    name: &'static str,
+    make: Maker,
+    /// Opens what `make` created at the same place (after dropping it).
+    reopen: Option<Maker>,
+}
+
+const SEGMENT: u64 = 1 << 20;
+
+fn subjects() -> Vec<Subject> {
+    vec![
+        Subject {
+            name: "memory",
+            make: |_| Box::new(MemMedium::with_segment_capacity(SEGMENT)),
+            reopen: None,
+        },
+        Subject {
+            name: "directory",
+            make: |p| Box::new(DirMedium::create(p.join("store")).unwrap()),
+            reopen: Some(|p| Box::new(DirMedium::open(p.join("store")).unwrap())),
+        },
+        Subject {
+            name: "file",
+            make: |p| Box::new(FileMedium::create(p.join("store.img"), None, SEGMENT).unwrap()),
+            reopen: Some(|p| Box::new(FileMedium::open(p.join("store.img")).unwrap())),
+        },
+        Subject {
+            name: "recording(memory)",
+            make: |_| {
+                Box::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+                    SEGMENT,
+                )))
+            },
+            reopen: None,
+        },
+        Subject {
+            name: "fault(memory), nothing armed",
+            make: |_| Box::new(FaultMedium::new(MemMedium::with_segment_capacity(SEGMENT))),
+            reopen: None,
+        },
+    ]
+}
+
+/// Runs `check` on every subject, naming the medium in a failure.
+fn each(check: impl Fn(&Subject, &dyn Medium, &std::path::Path)) {
+    for s in subjects() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = (s.make)(dir.path());
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&s, &*m, dir.path())));
+        if let Err(panic) = outcome {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("medium {}: {why}", s.name);
+        }
+    }
+}
+
+fn read(m: &dyn Medium, id: u32, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    m.read(id, offset, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn a_new_medium_is_empty() {
+    each(|_, m, _| {
+        assert!(m.list_segments().unwrap().is_empty());
+        assert_eq!(m.segment_len(1).unwrap(), None);
+        assert_eq!(m.read_superblock(Slot::A).unwrap(), None);
+        assert_eq!(m.read_superblock(Slot::B).unwrap(), None);
+        assert!(m.segment_capacity() >= 64 * 1024);
+        assert!(!m.describe().is_empty());
+    });
+}
+
+#[test]
+fn segments_are_append_only_and_read_back() {
+    each(|_, m, _| {
+        m.append(5, 0, b"hello").unwrap();
+        m.append(5, 5, b", world").unwrap();
+        m.append(2, 0, b"two").unwrap();
+        assert_eq!(read(m, 5, 0, 12), b"hello, world");
+        assert_eq!(read(m, 5, 7, 5), b"world");
+        assert_eq!(m.segment_len(5).unwrap(), Some(12));
+        assert_eq!(m.list_segments().unwrap(), vec![2, 5]);
+        // Appending anywhere but the end is refused and changes nothing.
+        assert_eq!(
+            m.append(5, 3, b"x").unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(read(m, 5, 0, 12), b"hello, world");
+        // A segment starts at offset 0.
+        assert_eq!(
+            m.append(9, 4, b"x").unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(m.segment_len(9).unwrap(), None);
+    });
+}
+
+#[test]
+fn reads_past_the_end_or_of_missing_segments_fail() {
+    each(|_, m, _| {
+        m.append(1, 0, b"abc").unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(
+            m.read(1, 0, &mut buf).unwrap_err().kind(),
+            ErrorKind::UnexpectedEof
+        );
+        assert_eq!(
+            m.read(1, 3, &mut buf[..1]).unwrap_err().kind(),
+            ErrorKind::UnexpectedEof
+        );
+        assert_eq!(
+            m.read(7, 0, &mut buf).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        // An empty read at the end is fine.
+        m.read(1, 3, &mut []).unwrap();
+    });
+}
+
+#[test]
+fn a_segment_holds_exactly_its_capacity() {
+    each(|_, m, _| {
+        let cap = m.segment_capacity();
+        if cap > 64 << 20 {
+            // A directory's segments are files of up to 4 GiB: not filled here.
+            return;
+        }
+        let big = vec![0xa5u8; cap as usize];
+        m.append(3, 0, &big).unwrap();
+        assert_eq!(m.segment_len(3).unwrap(), Some(cap));
+        assert_eq!(read(m, 3, cap - 4, 4), [0xa5; 4]);
+        let over = m.append(3, cap, b"x").unwrap_err().kind();
+        assert!(
+            matches!(over, ErrorKind::InvalidInput | ErrorKind::StorageFull),
+            "appending past the capacity: {over:?}"
+        );
+        assert_eq!(m.segment_len(3).unwrap(), Some(cap));
+    });
+}
+
+#[test]
+fn deletion_is_idempotent() {
+    each(|_, m, _| {
+        m.append(4, 0, b"doomed").unwrap();
+        m.append(6, 0, b"kept").unwrap();
+        m.delete_segment(4).unwrap();
+        m.delete_segment(4).unwrap();
+        m.delete_segment(40).unwrap();
+        assert_eq!(m.segment_len(4).unwrap(), None);
+        assert_eq!(m.list_segments().unwrap(), vec![6]);
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            m.read(4, 0, &mut buf).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(read(m, 6, 0, 4), b"kept");
+        // The id may not be reused by the engine, but a medium accepts it.
+        m.append(4, 0, b"again").unwrap();
+        assert_eq!(read(m, 4, 0, 5), b"again");
+    });
+}
+
+#[test]
+fn superblock_slots_are_independent() {
+    each(|_, m, _| {
+        m.write_superblock(Slot::A, b"first a").unwrap();
+        m.write_superblock(Slot::B, b"b").unwrap();
+        m.write_superblock(Slot::A, b"second").unwrap();
+        assert_eq!(m.read_superblock(Slot::A).unwrap().unwrap(), b"second");
+        assert_eq!(m.read_superblock(Slot::B).unwrap().unwrap(), b"b");
+        let max = vec![7u8; SUPERBLOCK_MAX];
+        m.write_superblock(Slot::B, &max).unwrap();
+        assert_eq!(m.read_superblock(Slot::B).unwrap().unwrap(), max);
+        assert!(m
+            .write_superblock(Slot::A, &vec![0u8; SUPERBLOCK_MAX + 1])
+            .is_err());
+        assert_eq!(m.read_superblock(Slot::A).unwrap().unwrap(), b"second");
+    });
+}
+
+#[test]
+fn what_was_synced_is_there_after_reopening() {
+    for s in subjects() {
+        let Some(reopen) = s.reopen else { continue };
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = (s.make)(dir.path());
+            m.append(1, 0, b"durable").unwrap();
+            m.append(2, 0, b"gone").unwrap();
+            m.delete_segment(2).unwrap();
+            m.write_superblock(Slot::B, b"sb").unwrap();
+            m.sync().unwrap();
+        }
+        let m = reopen(dir.path());
+        assert_eq!(m.list_segments().unwrap(), vec![1], "{}", s.name);
+        assert_eq!(read(&*m, 1, 0, 7), b"durable", "{}", s.name);
+        assert_eq!(
+            m.read_superblock(Slot::B).unwrap().unwrap(),
+            b"sb",
+            "{}",
+            s.name
+        );
+        assert_eq!(m.read_superblock(Slot::A).unwrap(), None, "{}", s.name);
+        // And appends go on where they stopped.
+        m.append(1, 7, b"+").unwrap();
+        assert_eq!(read(&*m, 1, 0, 8), b"durable+", "{}", s.name);
+    }
+}
+
+#[test]
+fn concurrent_appends_to_different_segments_and_reads() {
+    each(|_, m, _| {
+        let m: Arc<&dyn Medium> = Arc::new(m);
+        std::thread::scope(|scope| {
+            for t in 0..4u32 {
+                let m = m.clone();
+                scope.spawn(move || {
+                    let mut at = 0u64;
+                    for i in 0..50u32 {
+                        let chunk = [(t * 50 + i) as u8; 100];
+                        m.append(10 + t, at, &chunk).unwrap();
+                        at += 100;
+                        let mut back = [0u8; 100];
+                        m.read(10 + t, at - 100, &mut back).unwrap();
+                        assert_eq!(back, chunk);
+                    }
+                });
+            }
+        });
+        for t in 0..4u32 {
+            assert_eq!(m.segment_len(10 + t).unwrap(), Some(5000));
+        }
+    });
+}

@@ -15,7 +15,10 @@
 //! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
 //! | `redact <purge or keep> <path>` (mounts only) | `ok <json>`: what `oubli redact` reports, once durable (and committed with `purge`) |
 //!
-//! Errors are `err <message>`. Only the owner of the store can connect. A
+//! Errors are `err <exit code> <message>`: the code `oubli` would exit with
+//! had it done the work itself (docs/CLI.md, "Exit codes"), so a request
+//! through a live process fails the same way as one without. Only the owner
+//! of the store can connect. A
 //! front-end may add requests and run every request where none of its own
 //! operations is half done ([`Frontend`]): a mount takes its snapshots
 //! between namespace operations, never inside a rename.
@@ -48,12 +51,65 @@ pub fn socket_path(store: &Path) -> PathBuf {
 /// socket and `oubli status --json` print the same object.
 pub type StatusRenderer = dyn Fn(&Store) -> Result<String, String> + Send + Sync;
 
+/// A request the live process refused: the exit code and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A refusal without a more specific code (exit 1).
+    pub fn other(message: impl Into<String>) -> Refusal {
+        Refusal::new(crate::exit::UNEXPECTED, message)
+    }
+
+    /// The wire form: `err <code> <message>`.
+    fn reply(&self) -> String {
+        format!("err {} {}", self.code, self.message)
+    }
+
+    /// Reads the wire form's rest (`<code> <message>`, or only a message
+    /// from a process of an older version).
+    fn parse(rest: &str) -> Refusal {
+        match rest.split_once(' ').map(|(c, m)| (c.parse::<i32>(), m)) {
+            Some((Ok(code), message)) => Refusal::new(code, message),
+            _ => Refusal::other(rest),
+        }
+    }
+}
+
+impl From<&oubli_core::Error> for Refusal {
+    fn from(e: &oubli_core::Error) -> Refusal {
+        Refusal::new(crate::exit::exit_code(e), e.to_string())
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::other(message)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// What a front-end adds to the control socket.
 pub trait Frontend: Send + Sync {
     /// Runs `f` where no operation of the front-end is half done.
     fn quiesced(&self, f: &mut dyn FnMut());
     /// Answers a request only this front-end knows; `None`: not one of them.
-    fn answer(&self, line: &str) -> Option<Result<String, String>>;
+    fn answer(&self, line: &str) -> Option<Result<String, Refusal>>;
 }
 
 /// A running control server; stops (and removes the socket) when dropped.
@@ -128,7 +184,7 @@ fn serve(
         None => answer(store, status, line),
         Some(f) => match f.answer(line) {
             Some(Ok(rest)) => format!("ok {rest}"),
-            Some(Err(e)) => format!("err {e}"),
+            Some(Err(e)) => e.reply(),
             None => {
                 let mut reply = String::new();
                 f.quiesced(&mut || reply = answer(store, status, line));
@@ -146,24 +202,24 @@ fn answer(store: &Store, status: &StatusRenderer, line: &str) -> String {
     match line {
         "purge" | "commit" => match store.purge() {
             Ok(()) => format!("ok {}", store.epoch()),
-            Err(e) => format!("err {e}"),
+            Err(e) => Refusal::from(&e).reply(),
         },
         "flush" => match store.flush() {
             Ok(()) => "ok".to_string(),
-            Err(e) => format!("err {e}"),
+            Err(e) => Refusal::from(&e).reply(),
         },
         "status" => match status(store) {
             Ok(json) => format!("ok {json}"),
-            Err(e) => format!("err {e}"),
+            Err(e) => Refusal::other(e).reply(),
         },
         "snapshot-ls" => match crate::report::snapshot_reports(store) {
             Ok(list) => format!("ok {}", serde_json::to_string(&list).expect("plain data")),
-            Err(e) => format!("err {e}"),
+            Err(e) => Refusal::from(&e).reply(),
         },
         other => match snapshot_request(store, other) {
             Some(Ok(())) => format!("ok {}", store.epoch()),
-            Some(Err(e)) => format!("err {e}"),
-            None => format!("err unknown request {other:?}"),
+            Some(Err(e)) => Refusal::from(&e).reply(),
+            None => Refusal::new(crate::exit::USAGE, format!("unknown request {other:?}")).reply(),
         },
     }
 }
@@ -185,7 +241,7 @@ fn snapshot_request(store: &Store, line: &str) -> Option<oubli_core::Result<()>>
 }
 
 /// The reply of a live process, or `None` if no process holds the store open.
-pub fn request(store: &Path, what: &str) -> io::Result<Option<Result<String, String>>> {
+pub fn request(store: &Path, what: &str) -> io::Result<Option<Result<String, Refusal>>> {
     let path = socket_path(store);
     let mut conn = match UnixStream::connect(&path) {
         Ok(c) => c,
@@ -208,9 +264,9 @@ pub fn request(store: &Path, what: &str) -> io::Result<Option<Result<String, Str
     let reply = reply.trim_end();
     Ok(Some(match reply.split_once(' ').unwrap_or((reply, "")) {
         ("ok", rest) => Ok(rest.to_string()),
-        ("err", rest) => Err(rest.to_string()),
-        _ => Err(format!(
+        ("err", rest) => Err(Refusal::parse(rest)),
+        _ => Err(Refusal::other(format!(
             "malformed reply from the control socket: {reply:?}"
-        )),
+        ))),
     }))
 }

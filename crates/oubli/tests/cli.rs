@@ -593,11 +593,16 @@ fn commit_and_status_reach_a_live_process_through_the_control_socket() {
         .success()
         .stdout(predicate::str::contains("by the process holding the store"));
     assert!(store.snapshots().is_empty());
+    // Through the live process, the same exit code as without one (3).
     env.cmd()
         .args(["snapshot", "rm", "live-1"])
         .assert()
-        .code(1)
+        .code(3)
         .stderr(predicate::str::contains("no such snapshot"));
+    env.cmd()
+        .args(["snapshot", "create", "bad/name"])
+        .assert()
+        .code(2);
 }
 
 /// Issue 9 item 10: every `oubli` process is undumpable with no core limit,

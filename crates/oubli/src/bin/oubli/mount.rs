@@ -8,6 +8,7 @@
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
+use oubli::control::Refusal;
 use oubli::retention::{self, Retention};
 use oubli::{exit, Store};
 use std::io::{Read, Write};
@@ -165,23 +166,26 @@ impl oubli::control::Frontend for MountFrontend {
         }
     }
 
-    fn answer(&self, line: &str) -> Option<Result<String, String>> {
+    fn answer(&self, line: &str) -> Option<Result<String, Refusal>> {
         let rest = line.strip_prefix("redact ")?;
         let (mode, path) = rest.split_once(' ')?;
         let Some(handle) = self.handle.get() else {
-            return Some(Err("the mount is still starting".into()));
+            return Some(Err(Refusal::new(exit::BUSY, "the mount is still starting")));
         };
         let done = handle
             .redact(Path::new(path))
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOENT) => format!("{path}: no such file in the store or any snapshot"),
-                _ => format!("{path}: {e}"),
+                Some(libc::ENOENT) => Refusal::new(
+                    exit::NO_NAME,
+                    format!("{path}: no such file in the store or any snapshot"),
+                ),
+                _ => Refusal::other(format!("{path}: {e}")),
             });
         Some(done.and_then(|r| {
             if mode == "purge" {
                 handle
                     .quiesced(|store| store.purge())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| Refusal::from(&e))?;
             }
             let reply = crate::snapshot_cmd::RedactReply {
                 live: r.live,

@@ -401,11 +401,14 @@ impl Frontend for ServedSnapshot {
         f()
     }
 
-    fn answer(&self, line: &str) -> Option<Result<String, String>> {
+    fn answer(&self, line: &str) -> Option<Result<String, oubli::control::Refusal>> {
         let (_, name) = line.strip_prefix("snapshot-rm ")?.split_once(' ')?;
         (name == self.0).then(|| {
-            Err(format!(
-                "snapshot {name} is being served by this process (oubli serve --export ...@{name}): stop the server first"
+            Err(oubli::control::Refusal::new(
+                oubli::exit::BUSY,
+                format!(
+                    "snapshot {name} is being served by this process (oubli serve --export ...@{name}): stop the server first"
+                ),
             ))
         })
     }

@@ -221,7 +221,10 @@ impl Global {
 
     /// Sends `what` to the control socket of the process (mount or server)
     /// holding the store open; `None` when no such process runs.
-    pub fn control(&self, what: &str) -> Result<Option<Result<String, String>>, Failure> {
+    pub fn control(
+        &self,
+        what: &str,
+    ) -> Result<Option<Result<String, oubli::control::Refusal>>, Failure> {
         oubli::control::request(&self.store, what).map_err(|e| {
             Failure::new(
                 oubli::exit::BUSY,
@@ -235,12 +238,14 @@ impl Global {
     }
 
     /// The process holding the store refused or failed a request.
-    pub fn control_failure(&self, message: String) -> Failure {
+    pub fn control_failure(&self, refusal: impl Into<oubli::control::Refusal>) -> Failure {
+        let refusal = refusal.into();
         Failure::new(
-            oubli::exit::UNEXPECTED,
+            refusal.code,
             format!(
-                "the process holding store {} reports: {message}",
-                self.store.display()
+                "the process holding store {} reports: {}",
+                self.store.display(),
+                refusal.message
             ),
             "see that process's log; `oubli status` shows whether the epoch is still open",
         )

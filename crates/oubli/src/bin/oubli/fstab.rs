@@ -7,8 +7,11 @@
 //! /srv/store  /mnt/secret  fuse.oubli  defaults,vault=/etc/oubli/vault,password-file=/etc/oubli/pw,_netdev  0 0
 //! ```
 //!
-//! SOURCE is the store; `vault=` and `password-file=` become `--vault` and
-//! `--password-file`; every other option goes to `oubli mount -o` (which
+//! SOURCE is the store, unless a `store=PATH` option names it (then SOURCE
+//! is free text, e.g. the `fsname`: handy because umount(8) takes a
+//! directory given as SOURCE for a mount point); `vault=` and
+//! `password-file=` become `--vault` and `--password-file`; every other
+//! option goes to `oubli mount -o` (which
 //! ignores what mount(8) and systemd keep for themselves: `defaults`,
 //! `_netdev`, `noauto`, `nofail`, `x-systemd.*`, `comment=`, ...). The
 //! command detaches once the file system is up, as mount(8) expects; `umount
@@ -20,14 +23,21 @@ use std::path::Path;
 /// Names under which the binary acts as mount's helper.
 const HELPER_NAMES: &[&str] = &["mount.fuse.oubli", "mount.oubli"];
 
-/// The arguments `oubli` parses: unchanged, unless called as mount's helper.
-pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
-    let called = args
-        .first()
+/// Whether this process was started as mount(8)'s helper.
+pub fn called_as_mount_helper() -> bool {
+    is_helper_name(std::env::args_os().next())
+}
+
+fn is_helper_name(arg0: Option<OsString>) -> bool {
+    arg0.as_deref()
         .and_then(|a| Path::new(a).file_name())
         .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    if !HELPER_NAMES.contains(&called) {
+        .is_some_and(|n| HELPER_NAMES.contains(&n))
+}
+
+/// The arguments `oubli` parses: unchanged, unless called as mount's helper.
+pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    if !is_helper_name(args.first().cloned()) {
         return Ok(args);
     }
     let mut positional = Vec::new();
@@ -57,10 +67,12 @@ pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     }
     let [source, target] = <[OsString; 2]>::try_from(positional)
         .map_err(|_| "usage: mount.fuse.oubli STORE MOUNTPOINT [-o OPTIONS]".to_string())?;
-    let mut out: Vec<OsString> = vec!["oubli".into(), "--store".into(), source];
+    let mut store = source;
+    let mut out: Vec<OsString> = vec!["oubli".into()];
     let mut passed = Vec::new();
     for opt in options.iter().flat_map(|l| l.split(',')) {
         match opt.split_once('=') {
+            Some(("store", v)) => store = v.into(),
             Some(("vault", v)) => out.extend(["--vault".into(), v.into()]),
             Some(("password-file" | "password_file", v)) => {
                 out.extend(["--password-file".into(), v.into()])
@@ -70,7 +82,7 @@ pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
             _ => passed.push(opt.to_string()),
         }
     }
-    out.extend(["mount".into(), target]);
+    out.extend(["--store".into(), store, "mount".into(), target]);
     if foreground {
         out.push("--foreground".into());
     }
@@ -103,16 +115,37 @@ mod tests {
             got,
             args(&[
                 "oubli",
-                "--store",
-                "/srv/store",
                 "--vault",
                 "/etc/oubli/vault",
                 "--password-file",
                 "/etc/oubli/pw",
+                "--store",
+                "/srv/store",
                 "mount",
                 "/mnt/secret",
                 "-o",
                 "rw,defaults,_netdev,noatime",
+            ])
+        );
+        // store= names the store; SOURCE is then free text.
+        let got = as_mount_helper(args(&[
+            "mount.fuse.oubli",
+            "secrets",
+            "/mnt/s",
+            "-o",
+            "store=/srv/s,fsname=secrets",
+        ]))
+        .unwrap();
+        assert_eq!(
+            got,
+            args(&[
+                "oubli",
+                "--store",
+                "/srv/s",
+                "mount",
+                "/mnt/s",
+                "-o",
+                "fsname=secrets"
             ])
         );
         // Called as itself, nothing changes.

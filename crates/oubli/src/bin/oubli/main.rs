@@ -349,6 +349,8 @@ fn protect_process() {
 fn main() -> ExitCode {
     protect_process();
     // clap prints usage errors itself and exits with 2, as docs/CLI.md says.
+    // As mount(8)'s helper, success is silent, as for every file system.
+    let quiet = fstab::called_as_mount_helper();
     let cli = {
         use clap::{CommandFactory, FromArgMatches};
         let version: &'static str = Box::leak(long_version().into_boxed_str());
@@ -362,7 +364,7 @@ fn main() -> ExitCode {
         let matches = Cli::command().long_version(version).get_matches_from(args);
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     };
-    match run(cli).and_then(|out| emit(&out)) {
+    match run(cli).and_then(|out| if quiet { Ok(()) } else { emit(&out) }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("{failure}");

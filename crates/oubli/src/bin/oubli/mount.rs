@@ -97,7 +97,10 @@ fn detach() -> Result<Ready, Failure> {
             let _ = std::fs::File::from(read_end).read_to_string(&mut report);
             match report.split_once('\n') {
                 Some(("ok", message)) => {
-                    print!("{message}");
+                    // As mount(8)'s helper, success is silent.
+                    if !crate::fstab::called_as_mount_helper() {
+                        print!("{message}");
+                    }
                     std::process::exit(0)
                 }
                 Some((code, message)) => {
@@ -405,7 +408,8 @@ fn lock_after_previous_holder(g: &Global) -> Result<Option<std::fs::File>, Failu
                 if start.elapsed() >= PREVIOUS_HOLDER_WAIT {
                     return Err(f);
                 }
-                if !said {
+                // Said on a terminal only: a script (or mount -a) waits silently.
+                if !said && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                     log(&format!(
                         "store {} is held by another process (an unmount still committing?): waiting up to {} s",
                         g.store.display(),

@@ -179,8 +179,33 @@ pub(crate) struct Fs {
     space_from: Option<PathBuf>,
     /// The root's listing shows `.snapshots` (`-o snapdir=visible`).
     show_snapdir: bool,
+    /// When reads move the access time.
+    atime: AtimeMode,
     /// Tells the kernel about names removed other than by its own requests (redaction).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+}
+
+/// The access-time mode of a mount, from its options (the last one wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtimeMode {
+    Never,
+    Relative,
+    Strict,
+}
+
+impl AtimeMode {
+    fn of(opts: &MountOptions) -> AtimeMode {
+        let mut mode = AtimeMode::Relative;
+        for o in opts.extra.iter().chain(&opts.atime) {
+            mode = match o.as_str() {
+                "noatime" => AtimeMode::Never,
+                "atime" | "relatime" | "nostrictatime" => AtimeMode::Relative,
+                "strictatime" | "norelatime" => AtimeMode::Strict,
+                _ => mode,
+            };
+        }
+        mode
+    }
 }
 
 fn kind_of(mode: u32) -> FileType {
@@ -285,6 +310,7 @@ impl Fs {
             read_only: opts.read_only,
             space_from: opts.space_from.clone(),
             show_snapdir: opts.snapdir_visible,
+            atime: AtimeMode::of(opts),
             notifier: std::sync::OnceLock::new(),
         };
         let node = Arc::new(Node {
@@ -1112,6 +1138,10 @@ impl Fs {
         }
         if write {
             st.changeable()?;
+        } else if self.atime == AtimeMode::Strict && st.attr.kind() == S_IFREG {
+            // Reads the page cache serves never reach this file system: under
+            // strictatime the open for reading counts as the access.
+            self.accessed(&mut st);
         }
         st.opens += 1;
         Ok(())
@@ -1149,17 +1179,37 @@ impl Fs {
 
     pub(crate) fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
         let data = self.store.read(ino, offset, size as usize).map_err(errno)?;
-        // relatime: the access time moves when it is older than the last change or a day old.
         if let Some(node) = self.cached(ino) {
-            let mut st = lock(&node.st);
-            let now = Timestamp::now();
-            let a = &st.attr;
-            if a.atime <= a.mtime || a.atime <= a.ctime || now.secs - a.atime.secs >= 86_400 {
-                st.attr.atime = now;
-                st.dirty = true;
-            }
+            self.accessed(&mut lock(&node.st));
         }
         Ok(data)
+    }
+
+    /// Whether the kernel must not cache attributes (strictatime: every
+    /// access moves the access time, and the open that does it comes after
+    /// the lookup that would have cached the old one).
+    pub(crate) fn attrs_always_fresh(&self) -> bool {
+        self.atime == AtimeMode::Strict
+    }
+
+    /// Moves the access time as the mount's access-time mode says: never
+    /// (`noatime`), at every access (`strictatime`), or when it is older
+    /// than the last change or a day old (`relatime`, the default). Kept in
+    /// memory and written back lazily, as every timestamp.
+    fn accessed(&self, st: &mut State) {
+        let now = Timestamp::now();
+        let a = &st.attr;
+        let due = match self.atime {
+            AtimeMode::Never => false,
+            AtimeMode::Strict => true,
+            AtimeMode::Relative => {
+                a.atime <= a.mtime || a.atime <= a.ctime || now.secs - a.atime.secs >= 86_400
+            }
+        };
+        if due && !self.read_only {
+            st.attr.atime = now;
+            st.dirty = true;
+        }
     }
 
     pub(crate) fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u32> {

@@ -52,6 +52,17 @@ impl Kernel {
         }
     }
 
+    fn entry(&self, reply: ReplyEntry, r: Result<fuser::FileAttr, Errno>) {
+        match r {
+            Ok(attr) => reply.entry(
+                &ttl(attr.ino, self.fs.attrs_always_fresh()),
+                &attr,
+                Generation(0),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// Runs an inode request on its file system, translating the reply's inode.
     fn attr_of(
         &self,
@@ -148,19 +159,13 @@ fn time(t: TimeOrNow) -> Option<Timestamp> {
 
 /// How long the kernel may keep a name or attribute of `ino`: snapshots'
 /// not at all, so that a snapshot removed or redacted (by the control
-/// socket, retention, another thread) is gone from the next lookup on.
-fn ttl(ino: INodeNo) -> Duration {
-    if in_snapshot(ino.0) {
+/// socket, retention, another thread) is gone from the next lookup on; and
+/// nothing under `strictatime`, whose every access moves a timestamp.
+fn ttl(ino: INodeNo, fresh: bool) -> Duration {
+    if fresh || in_snapshot(ino.0) {
         Duration::ZERO
     } else {
         TTL
-    }
-}
-
-fn entry(reply: ReplyEntry, r: Result<fuser::FileAttr, Errno>) {
-    match r {
-        Ok(attr) => reply.entry(&ttl(attr.ino), &attr, Generation(0)),
-        Err(e) => reply.error(e),
     }
 }
 
@@ -208,7 +213,7 @@ impl Filesystem for Kernel {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.lookup_in(parent.0, name.as_bytes()));
+        self.entry(reply, self.lookup_in(parent.0, name.as_bytes()));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -224,7 +229,7 @@ impl Filesystem for Kernel {
             self.attr_of(ino.0, |fs, oid| fs.getattr(oid))
         };
         match attr {
-            Ok(attr) => reply.attr(&ttl(attr.ino), &attr),
+            Ok(attr) => reply.attr(&ttl(attr.ino, self.fs.attrs_always_fresh()), &attr),
             Err(e) => reply.error(e),
         }
     }
@@ -257,7 +262,7 @@ impl Filesystem for Kernel {
             ctime: ctime.map(Timestamp::from_system),
         };
         match self.attr_of(ino.0, |fs, oid| fs.setattr(oid, change, caller(req))) {
-            Ok(attr) => reply.attr(&TTL, &attr),
+            Ok(attr) => reply.attr(&ttl(attr.ino, self.fs.attrs_always_fresh()), &attr),
             Err(e) => reply.error(e),
         }
     }
@@ -280,7 +285,7 @@ impl Filesystem for Kernel {
         reply: ReplyEntry,
     ) {
         let name = name.as_bytes();
-        entry(
+        self.entry(
             reply,
             self.live_parent(parent.0, name, true).and_then(|()| {
                 self.fs
@@ -299,7 +304,7 @@ impl Filesystem for Kernel {
         reply: ReplyEntry,
     ) {
         let name = name.as_bytes();
-        entry(
+        self.entry(
             reply,
             self.live_parent(parent.0, name, true)
                 .and_then(|()| self.fs.mkdir(parent.0, name, mode, umask, caller(req))),
@@ -333,7 +338,7 @@ impl Filesystem for Kernel {
         reply: ReplyEntry,
     ) {
         let name = link_name.as_bytes();
-        entry(
+        self.entry(
             reply,
             self.live_parent(parent.0, name, true).and_then(|()| {
                 self.fs
@@ -385,7 +390,7 @@ impl Filesystem for Kernel {
                 Ok(())
             }
         });
-        entry(
+        self.entry(
             reply,
             checked.and_then(|()| self.fs.link(ino.0, newparent.0, newname)),
         );
@@ -648,7 +653,7 @@ impl Filesystem for Kernel {
             .and_then(|()| self.fs.create(parent.0, name, mode, umask, caller(req)))
         {
             Ok(attr) => reply.created(
-                &TTL,
+                &ttl(attr.ino, self.fs.attrs_always_fresh()),
                 &attr,
                 Generation(0),
                 FileHandle(0),

@@ -1034,3 +1034,40 @@ fn file_handles_survive_a_remount() {
     drop(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
     assert_eq!(errno(open(&gone, libc::O_RDONLY)), libc::ESTALE);
 }
+
+/// noatime never moves the access time; strictatime moves it at every
+/// access, even one the page cache serves; relatime (the default) only when
+/// it is older than the last change.
+#[test]
+fn access_time_follows_the_mount_mode() {
+    if !fuse_available() {
+        return;
+    }
+    let atime = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    for (option, moves_first, moves_again) in [
+        ("noatime", false, false),
+        ("strictatime", true, true),
+        ("relatime", true, false),
+    ] {
+        let mut opts = default_options();
+        opts.parse(option).unwrap();
+        let m = Mounted::new(mem_store(), opts);
+        let p = m.path("f");
+        fs::write(&p, b"data").unwrap();
+        let before = atime(&p);
+        std::thread::sleep(Duration::from_millis(1100));
+        fs::read(&p).unwrap();
+        let after_first = atime(&p);
+        assert_eq!(after_first != before, moves_first, "{option}: first read");
+        std::thread::sleep(Duration::from_millis(1100));
+        fs::read(&p).unwrap();
+        assert_eq!(
+            atime(&p) != after_first,
+            moves_again,
+            "{option}: second read"
+        );
+    }
+}

@@ -11,16 +11,10 @@
 use std::io;
 use std::path::Path;
 
-/// Applies the access-time options, in order, to the mount at `mountpoint`.
-pub(crate) fn apply(mountpoint: &Path, options: &[String]) -> io::Result<()> {
-    let flags_wanted: Vec<&str> = options
-        .iter()
-        .map(String::as_str)
-        .filter(|o| !matches!(*o, "lazytime" | "nolazytime"))
-        .collect();
-    if flags_wanted.is_empty() {
-        return Ok(());
-    }
+/// The `MS_*` flags the mount at `mountpoint` has now (read-only, nosuid,
+/// nodev, noexec, sync and the access-time ones): what a remount must pass
+/// again to keep them, since it sets the mount's flags anew.
+pub fn mount_flags(mountpoint: &Path) -> io::Result<libc::c_ulong> {
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point with a NUL byte"))?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
@@ -30,7 +24,6 @@ pub(crate) fn apply(mountpoint: &Path, options: &[String]) -> io::Result<()> {
     }
     // SAFETY: statvfs succeeded.
     let have = unsafe { st.assume_init() }.f_flag;
-    // The mount's flags now: a bind remount replaces them all.
     let mut flags: libc::c_ulong = 0;
     for (st_flag, ms_flag) in [
         (libc::ST_RDONLY, libc::MS_RDONLY),
@@ -46,6 +39,22 @@ pub(crate) fn apply(mountpoint: &Path, options: &[String]) -> io::Result<()> {
             flags |= ms_flag;
         }
     }
+    Ok(flags)
+}
+
+/// Applies the access-time options, in order, to the mount at `mountpoint`.
+pub(crate) fn apply(mountpoint: &Path, options: &[String]) -> io::Result<()> {
+    let flags_wanted: Vec<&str> = options
+        .iter()
+        .map(String::as_str)
+        .filter(|o| !matches!(*o, "lazytime" | "nolazytime"))
+        .collect();
+    if flags_wanted.is_empty() {
+        return Ok(());
+    }
+    let mut flags = mount_flags(mountpoint)?;
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount point with a NUL byte"))?;
     const ATIME_MODES: libc::c_ulong = libc::MS_NOATIME | libc::MS_RELATIME | libc::MS_STRICTATIME;
     for option in flags_wanted {
         match option {

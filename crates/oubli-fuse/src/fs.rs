@@ -1246,15 +1246,14 @@ impl Fs {
     /// An allocating fallocate promises that writes into the range will find
     /// room. Nothing is preallocated (cells are written when data is), so
     /// the promise is checked against what the medium can take now: the
-    /// range, sealed (cell tags and key-tree nodes, counted generously at
-    /// 1/64), must fit in the space left on the store's file system, or the
-    /// call fails with ENOSPC instead of a later write.
+    /// range must fit in the free space `statfs` reports (the store's file
+    /// system's, net of the sealing overhead), or the call fails with ENOSPC
+    /// instead of a later write.
     fn check_room(&self, length: u64) -> R<()> {
         let Some((_, _, avail)) = self.space_from.as_deref().and_then(host_space) else {
             return Ok(());
         };
-        let sealed = length.saturating_add(length / 64);
-        if sealed > avail {
+        if length > net_of_overhead(avail) {
             return Err(Errno::ENOSPC);
         }
         Ok(())
@@ -1648,7 +1647,13 @@ impl Fs {
         let bsize: u64 = 4096;
         let used = status.medium_bytes.max(status.live_bytes);
         let (total, free, avail) = match self.space_from.as_deref().and_then(host_space) {
-            Some((total, free, avail)) => (total.max(used + free), free, avail),
+            // What data can still take: the host's free space less the
+            // sealing overhead (the same share fallocate checks against).
+            Some((total, free, avail)) => (
+                total.max(used + free),
+                net_of_overhead(free),
+                net_of_overhead(avail),
+            ),
             // Unknown medium: report the used space plus a nominal 1 TiB free.
             None => (used + (1 << 40), 1 << 40, 1 << 40),
         };
@@ -1892,6 +1897,13 @@ fn check_xattr_name(name: &[u8]) -> R<()> {
 }
 
 /// (total, free, available to unprivileged users) bytes of the file system holding `path`.
+/// Of `bytes` free on the store's file system, what data can fill once
+/// sealed: a 16-byte tag per cell and the key tree's nodes, about 0.2%
+/// (charged as 1/512).
+fn net_of_overhead(bytes: u64) -> u64 {
+    bytes - bytes / 513
+}
+
 fn host_space(path: &std::path::Path) -> Option<(u64, u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;

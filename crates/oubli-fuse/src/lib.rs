@@ -30,6 +30,7 @@
 //! ```
 
 mod atime;
+pub use atime::mount_flags;
 mod fs;
 mod kernel;
 pub mod meta;

@@ -344,6 +344,24 @@ fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
         "{mounts}"
     );
     fs::write(env.mnt.join("from-fstab"), b"mounted at boot").unwrap();
+    // mount -o remount,ro and back: the helper changes the kernel's flag.
+    let remount = |how: &str| {
+        let out = std::process::Command::new("mount")
+            .args(["-o", how])
+            .arg(&env.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    remount("remount,ro");
+    let refused = fs::write(env.mnt.join("while-ro"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    remount("remount,rw");
+    fs::write(env.mnt.join("after-rw"), b"x").unwrap();
     plain_umount(&env.mnt);
     // The mount process commits and lets go of the store.
     let start = std::time::Instant::now();

@@ -92,6 +92,70 @@ pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     Ok(out)
 }
 
+/// `mount -o remount,ro|rw MOUNTPOINT` of a live mount: mount(8) calls the
+/// helper again, but there is nothing to start, only the kernel's read-only
+/// flag to change (a read-only file system refuses writes itself, with
+/// EROFS). `None` when this is not a remount.
+pub fn remount_if_asked(args: &[OsString]) -> Option<Result<(), String>> {
+    if !is_helper_name(args.first().cloned()) {
+        return None;
+    }
+    let mut options = Vec::new();
+    let mut positional = Vec::new();
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        match a.to_str() {
+            Some("-o") => options.extend(rest.next().and_then(|o| o.to_str()).map(str::to_string)),
+            Some(o) if o.starts_with("-o") => options.push(o[2..].to_string()),
+            Some(o) if o.starts_with('-') => {}
+            _ => positional.push(a.clone()),
+        }
+    }
+    let options: Vec<&str> = options.iter().flat_map(|l| l.split(',')).collect();
+    if !options.contains(&"remount") {
+        return None;
+    }
+    let target = positional.last()?;
+    let read_only = options.iter().rev().find_map(|o| match *o {
+        "ro" => Some(true),
+        "rw" => Some(false),
+        _ => None,
+    });
+    Some(remount(Path::new(target), read_only))
+}
+
+fn remount(target: &Path, read_only: Option<bool>) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| "a mount point with a NUL byte".to_string())?;
+    // A remount sets the mount's flags anew: keep the ones it has.
+    let mut flags = libc::MS_REMOUNT
+        | oubli_fuse::mount_flags(target).map_err(|e| format!("{}: {e}", target.display()))?;
+    match read_only {
+        Some(true) => flags |= libc::MS_RDONLY,
+        Some(false) => flags &= !libc::MS_RDONLY,
+        None => {}
+    }
+    // SAFETY: FFI; a remount of a mount point, with valid C strings and no data.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "remounting {}: {}",
+            target.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -351,6 +351,15 @@ fn main() -> ExitCode {
     // clap prints usage errors itself and exits with 2, as docs/CLI.md says.
     // As mount(8)'s helper, success is silent, as for every file system.
     let quiet = fstab::called_as_mount_helper();
+    if let Some(done) = fstab::remount_if_asked(&std::env::args_os().collect::<Vec<_>>()) {
+        return match done {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("mount.fuse.oubli: {message}");
+                ExitCode::from(oubli::exit::UNEXPECTED as u8)
+            }
+        };
+    }
     let cli = {
         use clap::{CommandFactory, FromArgMatches};
         let version: &'static str = Box::leak(long_version().into_boxed_str());

@@ -104,6 +104,7 @@ pub mod crates {
     pub use oubli_vault as vault;
 }
 
+pub mod clock;
 pub mod control;
 pub mod exit;
 pub mod metrics;

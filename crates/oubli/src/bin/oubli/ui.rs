@@ -88,32 +88,14 @@ pub fn duration(secs: u64) -> String {
 
 /// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM` (UTC).
 pub fn date(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = oubli::clock::utc(secs);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
-        rem / 3600,
-        rem / 60 % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}",
+        t.year, t.month, t.day, t.hour, t.minute
     )
 }
 
-/// Seconds since the Unix epoch, now.
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use oubli::clock::now;
 
 /// Parses `4096`, `64K`, `512M`, `1G`, `2T` (binary multiples; `KiB`, `MB`... accepted).
 pub fn parse_size(s: &str) -> Result<u64, String> {

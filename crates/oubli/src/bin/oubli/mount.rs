@@ -428,11 +428,29 @@ fn lock_after_previous_holder(g: &Global) -> Result<Option<std::fs::File>, Failu
 fn mount_of_store(store: &Path) -> Option<PathBuf> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = format!("{FSNAME_PREFIX}{}", store.display());
-    table.lines().find_map(|line| {
+    let found = mounts(&table)
+        .find(|m| m.source == want)
+        .map(|m| PathBuf::from(m.at));
+    found
+}
+
+/// One line of /proc/self/mountinfo: where, what type, from what source.
+struct MountEntry {
+    at: String,
+    fstype: String,
+    source: String,
+}
+
+/// The entries of a mountinfo table, in its order (later mounts last).
+fn mounts(table: &str) -> impl DoubleEndedIterator<Item = MountEntry> + '_ {
+    table.lines().filter_map(|line| {
         let (left, right) = line.split_once(" - ")?;
-        let source = unescape_mount_field(right.split(' ').nth(1)?);
-        let at = unescape_mount_field(left.split(' ').nth(4)?);
-        (source == want).then(|| PathBuf::from(at))
+        let mut right = right.split(' ');
+        Some(MountEntry {
+            at: unescape_mount_field(left.split(' ').nth(4)?),
+            fstype: right.next()?.to_string(),
+            source: unescape_mount_field(right.next()?),
+        })
     })
 }
 
@@ -446,14 +464,10 @@ pub fn store_of_mount(mountpoint: &Path) -> Result<Option<PathBuf>, Failure> {
     let table = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| Failure::file("reading /proc/self/mountinfo", e))?;
     // The last mount on the path is the one in view.
-    let Some((fstype, source)) = table.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let at = unescape_mount_field(left.split(' ').nth(4)?);
-        let mut right = right.split(' ');
-        let fstype = right.next()?.to_string();
-        let source = unescape_mount_field(right.next()?);
-        (Path::new(&at) == mountpoint).then_some((fstype, source))
-    }) else {
+    let Some(MountEntry { fstype, source, .. }) = mounts(&table)
+        .rev()
+        .find(|m| Path::new(&m.at) == mountpoint)
+    else {
         return Ok(None);
     };
     match source.strip_prefix(FSNAME_PREFIX) {

@@ -16,6 +16,7 @@ pub mod catalog;
 mod codec;
 mod engine;
 mod error;
+pub mod holes;
 pub mod log;
 pub mod medium;
 pub mod share;

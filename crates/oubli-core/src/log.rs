@@ -93,13 +93,17 @@ pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
     for op in ops {
         match op {
             Op::PutCell { oid, cell, cref } => {
-                w.u8(1);
+                // 12: a cell with holes (format 4); 1: without.
+                w.u8(if cref.holes.is_empty() { 1 } else { 12 });
                 w.varint(*oid);
                 w.varint(*cell);
                 w.varint(cref.start as u64);
                 w.varint(cref.len as u64);
                 w.varint(cref.addr);
                 w.raw(cref.key.expose());
+                if !cref.holes.is_empty() {
+                    crate::tree::put_holes(&mut w, &cref.holes);
+                }
             }
             Op::DropCell { oid, cell } => {
                 w.u8(2);
@@ -170,16 +174,31 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
     let mut ops = Vec::with_capacity(n);
     for _ in 0..n {
         let op = match r.u8()? {
-            1 => Op::PutCell {
-                oid: r.varint()?,
-                cell: r.varint()?,
-                cref: CellRef {
-                    start: u32::try_from(r.varint()?).map_err(|_| DecodeError("start"))?,
-                    len: u32::try_from(r.varint()?).map_err(|_| DecodeError("len"))?,
-                    addr: r.varint()?,
-                    key: KeyRef::from_bytes(r.array()?),
-                },
-            },
+            code @ (1 | 12) => {
+                let oid = r.varint()?;
+                let cell = r.varint()?;
+                let start = u32::try_from(r.varint()?).map_err(|_| DecodeError("start"))?;
+                let len = u32::try_from(r.varint()?).map_err(|_| DecodeError("len"))?;
+                let addr = r.varint()?;
+                let key = KeyRef::from_bytes(r.array()?);
+                let end = start.checked_add(len).ok_or(DecodeError("len"))?;
+                let holes = if code == 12 {
+                    crate::tree::get_holes(&mut r, start, end)?
+                } else {
+                    Vec::new()
+                };
+                Op::PutCell {
+                    oid,
+                    cell,
+                    cref: CellRef {
+                        start,
+                        len,
+                        addr,
+                        key,
+                        holes,
+                    },
+                }
+            }
             2 => Op::DropCell {
                 oid: r.varint()?,
                 cell: r.varint()?,

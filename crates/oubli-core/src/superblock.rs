@@ -7,11 +7,12 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
-/// Version 3: the snapshot table, the key-scheme id and the scheme's state
+/// Version 4: holes inside cells (a leaf-entry flag and a log op; the
+/// superblock itself is as in 3). Version 3: the snapshot table, the key-scheme id and the scheme's state
 /// pointer. Version 2: salted intent-log frames and the log tally
 /// (docs/FORMAT.md). Older stores still open; their first commit writes
 /// the current version.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// The key scheme of every store so far: a random key in each parent pointer.
 pub const KEY_SCHEME_PARENT_POINTER: u8 = 0;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;

@@ -10,6 +10,7 @@
 
 use crate::codec::{varint_len, DecodeError, Reader, Writer};
 use crate::error::Result;
+pub use crate::holes::Holes;
 use oubli_crypto::KeyRef;
 use std::sync::Arc;
 
@@ -66,18 +67,25 @@ pub struct NodePtr {
 
 /// One cell of an object's data: bytes `[start, start+len)` of cell `index`
 /// (the object range `index*cell_size + start ..`), sealed as one unit of
-/// `len + TAG_LEN` bytes at `addr`. Bytes of the cell outside that range are a hole.
+/// `len + TAG_LEN` bytes at `addr`. Bytes of the cell outside that range are a hole,
+/// and so are the `holes` inside it (stored as zeros; see `crate::holes`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellRef {
     pub start: u32,
     pub len: u32,
     pub addr: Addr,
     pub key: KeyRef,
+    pub holes: Holes,
 }
 
 impl CellRef {
     pub fn sealed_len(&self) -> u64 {
         self.len as u64 + oubli_crypto::TAG_LEN as u64
+    }
+
+    /// The cell-relative ranges that hold data: the stored range less its holes.
+    pub fn data_ranges(&self) -> Vec<(u32, u32)> {
+        crate::holes::data_ranges(self.start, self.start.saturating_add(self.len), &self.holes)
     }
 }
 
@@ -115,7 +123,7 @@ impl Value {
     fn approx_size(&self) -> usize {
         match self {
             Value::Object(r) => 12 + r.meta.len(),
-            Value::Cell(_) => 44,
+            Value::Cell(c) => 44 + 10 * c.holes.len(),
             Value::Names(b) => 2 + b.entries.iter().map(|(n, _)| n.len() + 10).sum::<usize>(),
             Value::Share(_) => 5,
         }
@@ -611,12 +619,48 @@ const F_SAME_OID: u8 = 1;
 const F_SAME_KIND: u8 = 2;
 const F_NEXT_OFF: u8 = 4;
 const F_NEXT_ADDR: u8 = 8;
+/// A cell entry followed by its holes (format 4).
+const F_HOLES: u8 = 16;
+const KNOWN_FLAGS: u8 = F_SAME_OID | F_SAME_KIND | F_NEXT_OFF | F_NEXT_ADDR | F_HOLES;
 
 fn put_key_ref(w: &mut Writer, k: &KeyRef) {
     w.raw(k.expose());
 }
 fn get_key_ref(r: &mut Reader) -> Result<KeyRef, DecodeError> {
     Ok(KeyRef::from_bytes(r.array()?))
+}
+
+/// A cell's holes: `varint n`, then per hole `varint gap` (from the end of
+/// the previous hole, or from 0) and `varint length`.
+pub(crate) fn put_holes(w: &mut Writer, holes: &[(u32, u32)]) {
+    w.varint(holes.len() as u64);
+    let mut at = 0;
+    for &(a, b) in holes {
+        w.varint((a - at) as u64);
+        w.varint((b - a) as u64);
+        at = b;
+    }
+}
+
+/// Reads holes written by [`put_holes`], checking that they are sorted,
+/// disjoint, non-empty and inside the stored range `[start, end)`.
+pub(crate) fn get_holes(r: &mut Reader, start: u32, end: u32) -> Result<Holes, DecodeError> {
+    let n = r.varint()? as usize;
+    if n > crate::holes::MAX_HOLES {
+        return Err(DecodeError("hole count"));
+    }
+    let mut holes = Holes::with_capacity(n);
+    let mut at: u64 = 0;
+    for i in 0..n {
+        let a = at + r.varint()?;
+        let b = a + r.varint()?;
+        if (i > 0 && a <= at) || b <= a || a < start as u64 || b > end as u64 {
+            return Err(DecodeError("hole"));
+        }
+        holes.push((a as u32, b as u32));
+        at = b;
+    }
+    Ok(holes)
 }
 
 /// Serializes a node whose children are all on the medium.
@@ -645,6 +689,9 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                         flags |= F_NEXT_ADDR;
                     }
                 }
+                if matches!(v, Value::Cell(c) if !c.holes.is_empty()) {
+                    flags |= F_HOLES;
+                }
                 w.u8(flags);
                 if flags & F_SAME_OID == 0 {
                     w.varint(k.oid);
@@ -668,6 +715,9 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                             w.varint(c.addr);
                         }
                         put_key_ref(&mut w, &c.key);
+                        if !c.holes.is_empty() {
+                            put_holes(&mut w, &c.holes);
+                        }
                         next_addr = c.addr + c.sealed_len();
                     }
                     Value::Names(b) => {
@@ -712,6 +762,9 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
         let mut prev: Option<(Key, Addr)> = None;
         for _ in 0..count {
             let flags = r.u8()?;
+            if flags & !KNOWN_FLAGS != 0 {
+                return Err(DecodeError("unknown entry flags"));
+            }
             let need_prev = flags & (F_SAME_OID | F_SAME_KIND | F_NEXT_OFF | F_NEXT_ADDR) != 0;
             if need_prev && prev.is_none() {
                 return Err(DecodeError("delta without predecessor"));
@@ -749,11 +802,22 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                     } else {
                         r.varint()?
                     };
+                    let key = get_key_ref(&mut r)?;
+                    let holes = if flags & F_HOLES != 0 {
+                        get_holes(
+                            &mut r,
+                            start,
+                            start.checked_add(len).ok_or(DecodeError("len"))?,
+                        )?
+                    } else {
+                        Holes::new()
+                    };
                     let c = CellRef {
                         start,
                         len,
                         addr,
-                        key: get_key_ref(&mut r)?,
+                        key,
+                        holes,
                     };
                     next_addr = c.addr + c.sealed_len();
                     Value::Cell(c)

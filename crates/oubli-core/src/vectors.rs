@@ -1,9 +1,9 @@
 //! Known-answer test vectors: pin the bytes of every sealed format so a change cannot slip in unnoticed.
 //!
-//! The vectors of the current format live in `tests/vectors/v3.txt` (one
+//! The vectors of the current format live in `tests/vectors/v4.txt` (one
 //! `name hex` per line). To regenerate after an intentional format change
 //! (with a new version number!), run `OUBLI_WRITE_VECTORS=1 cargo test -p
-//! oubli-core vectors`. The vectors of older formats (`v1.txt`, `v2.txt`)
+//! oubli-core vectors`. The vectors of older formats (`v1.txt` to `v3.txt`)
 //! are never regenerated: they are bytes an old store holds, and the current
 //! code must still open them.
 
@@ -48,6 +48,7 @@ fn compute() -> Vec<(&'static str, String)> {
                 len: 32768,
                 addr: 1 << 32,
                 key: KeyRef::from_bytes([1; 32]),
+                holes: Vec::new(),
             }),
         ),
         (
@@ -57,6 +58,7 @@ fn compute() -> Vec<(&'static str, String)> {
                 len: 32768,
                 addr: (1 << 32) + 32784,
                 key: KeyRef::from_bytes([2; 32]),
+                holes: Vec::new(),
             }),
         ),
     ]);
@@ -65,6 +67,12 @@ fn compute() -> Vec<(&'static str, String)> {
     let mut sealed = encoded;
     p.seal(&key, &node_aad(0), &mut sealed);
     out.push(("leaf-sealed", hex(&sealed)));
+    // Format 4: a cell with holes inside its stored range.
+    let node = Node::Leaf(vec![(
+        Key::new(7, KIND_CELL, 2),
+        Value::Cell(cell_with_holes()),
+    )]);
+    out.push(("leaf-holes-plain", hex(&encode_node(&node))));
 
     let header = Header {
         version: FORMAT_VERSION,
@@ -117,6 +125,19 @@ fn compute() -> Vec<(&'static str, String)> {
         hex(&seal_frame_with_salt(&keys, 0, &v3_ops(), [0x33; 16])),
     ));
     out.push((
+        "log-frame-holes",
+        hex(&seal_frame_with_salt(
+            &keys,
+            1,
+            &[Op::PutCell {
+                oid: 7,
+                cell: 2,
+                cref: cell_with_holes(),
+            }],
+            [0x55; 16],
+        )),
+    ));
+    out.push((
         "log-tally",
         hex(&seal_tally_with_salt(&keys, 1, 80, [0x44; 16])),
     ));
@@ -142,6 +163,17 @@ fn snapshot_record() -> crate::snapshot::SnapshotRecord {
 }
 
 /// The batch the format-3 log-frame vector seals.
+/// The cell with holes of the format-4 vectors.
+fn cell_with_holes() -> CellRef {
+    CellRef {
+        start: 100,
+        len: 20_000,
+        addr: (1 << 32) + 65568,
+        key: KeyRef::from_bytes([4; 32]),
+        holes: vec![(4096, 8192), (12_000, 12_001)],
+    }
+}
+
 fn v3_ops() -> Vec<Op> {
     let mut ops = v1_ops();
     ops.push(Op::PutSnapshot {
@@ -280,6 +312,75 @@ fn format_1_vectors_still_open() {
     assert_eq!(read.batches, vec![v1_ops()]);
 }
 
+/// A store of format 3 keeps opening: only the superblock's version differs
+/// (format 4 added holes, which a format-3 store never has).
+#[test]
+fn format_3_vectors_still_open() {
+    let p = RingProvider::new();
+    let key = SecretKey::from_bytes([0x42; 32]);
+    let v3 = pinned("v3.txt");
+    let get = |n: &str| unhex(&v3.iter().find(|(k, _)| k == n).expect(n).1);
+    let computed = compute();
+    for (name, _) in &v3 {
+        if name == "superblock" {
+            continue;
+        }
+        let now = &computed.iter().find(|(k, _)| k == name).unwrap().1;
+        assert_eq!(&hex(&get(name)), now, "{name}");
+    }
+    let (header, body) = superblock::open(&p, &key, &get("superblock")).unwrap();
+    assert_eq!((header.version, header.epoch), (3, 9));
+    assert!(body.catalog.is_some());
+}
+
+/// A cell's holes survive the leaf and log encodings, and malformed holes are refused.
+#[test]
+fn holes_round_trip_and_bad_holes_are_refused() {
+    let node = Node::Leaf(vec![(
+        Key::new(7, KIND_CELL, 2),
+        Value::Cell(cell_with_holes()),
+    )]);
+    let bytes = encode_node(&node);
+    let Node::Leaf(entries) = crate::tree::decode_node(&bytes).unwrap() else {
+        panic!("a leaf")
+    };
+    assert_eq!(entries[0].1, Value::Cell(cell_with_holes()));
+    let ops = vec![Op::PutCell {
+        oid: 7,
+        cell: 2,
+        cref: cell_with_holes(),
+    }];
+    assert_eq!(log::decode_ops(&log::encode_ops(&ops)).unwrap(), ops);
+    // (gap from the previous hole's end, length) pairs, as put_holes writes them.
+    let bad: [&[(u64, u64)]; 5] = [
+        &[(50, 10)],               // before the stored range (start 100)
+        &[(4096, 0)],              // empty
+        &[(4096, 4096), (0, 100)], // touching the previous hole
+        &[(20_000, 200)],          // past the stored range (end 20,100)
+        &[(200, 1); 17],           // more than MAX_HOLES
+    ];
+    for pairs in bad {
+        let c = cell_with_holes();
+        let mut w = crate::codec::Writer::default();
+        w.u8(0); // level: a leaf
+        w.varint(1);
+        w.u8(16); // F_HOLES
+        w.varint(7);
+        w.u8(KIND_CELL);
+        w.varint(2);
+        w.varint(c.start as u64);
+        w.varint(c.len as u64);
+        w.varint(c.addr);
+        w.raw(c.key.expose());
+        w.varint(pairs.len() as u64);
+        for &(gap, len) in pairs {
+            w.varint(gap);
+            w.varint(len);
+        }
+        assert!(crate::tree::decode_node(&w.buf).is_err(), "{pairs:?}");
+    }
+}
+
 /// A store of format 2 keeps opening: its superblock (no snapshot table,
 /// no key-scheme id) and its salted log frames.
 #[test]
@@ -325,15 +426,15 @@ fn format_2_vectors_still_open() {
 fn vectors_match_the_pinned_bytes() {
     let computed = compute();
     if std::env::var_os("OUBLI_WRITE_VECTORS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v3.txt");
-        let header = "# oubli format v3 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v4.txt");
+        let header = "# oubli format v4 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
                       # hkdf and cell were cross-checked against Python hmac/hashlib and cryptography.AESGCM.\n";
         let text: String = std::iter::once(header.to_string())
             .chain(computed.iter().map(|(n, h)| format!("{n} {h}\n")))
             .collect();
         std::fs::write(path, text).unwrap();
     }
-    let pinned = pinned("v3.txt");
+    let pinned = pinned("v4.txt");
     assert_eq!(pinned.len(), computed.len());
     for ((name, want), (cname, got)) in pinned.iter().zip(&computed) {
         assert_eq!(name, cname);

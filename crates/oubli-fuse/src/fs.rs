@@ -235,6 +235,25 @@ fn orphan_name(oid: u64) -> [u8; 8] {
     oid.to_be_bytes()
 }
 
+/// The granularity at which data and holes are reported (`lseek`,
+/// `st_blocks`): a page, as local file systems report blocks. Cells store
+/// byte ranges; a block holding any byte of data is data.
+pub(crate) const DATA_BLOCK: u64 = 4096;
+
+/// Byte ranges `(start, len)`, ascending, as runs of whole data blocks `(start, end)`.
+fn data_blocks(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(start, len) in ranges {
+        let s = start - start % DATA_BLOCK;
+        let e = (start + len).div_ceil(DATA_BLOCK) * DATA_BLOCK;
+        match out.last_mut() {
+            Some((_, pe)) if *pe >= s => *pe = (*pe).max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
 impl Fs {
     /// Prepares a store for mounting: gives the root directory POSIX
     /// attributes on first use, creates the orphan list, and erases what a
@@ -467,10 +486,11 @@ impl Fs {
         }
     }
 
-    /// What `st_blocks` counts: for a regular file, the bytes its cells
-    /// store (holes and never-written ranges are not counted, so sparse
-    /// files look sparse, as `SEEK_DATA`/`SEEK_HOLE` say: the same stored
-    /// ranges); for other inodes, their size.
+    /// What `st_blocks` counts: for a regular file, the 4 KiB blocks
+    /// ([`DATA_BLOCK`]) that hold data (holes, never-written ranges and
+    /// punched ranges are not counted, so sparse files look sparse, as
+    /// `SEEK_DATA`/`SEEK_HOLE` say: the same blocks); for other inodes,
+    /// their size.
     fn stored_bytes(&self, oid: u64, st: &State) -> u64 {
         if st.attr.kind() != S_IFREG || st.deleted || st.size == 0 {
             return if st.attr.is_dir() { 4096 } else { st.size };
@@ -480,7 +500,7 @@ impl Fs {
         }
         match self.store.extents(oid, 0, st.size) {
             Ok(ranges) => {
-                let n = ranges.iter().map(|(_, len)| len).sum();
+                let n = data_blocks(&ranges).iter().map(|(s, e)| e - s).sum();
                 st.stored.set(Some(n));
                 n
             }
@@ -1357,27 +1377,33 @@ impl Fs {
         if pos >= size {
             return Err(Errno::ENXIO);
         }
-        // Scanned a window at a time: a dense file's cells are many.
+        // Scanned a window at a time (a dense file's cells are many), from
+        // the start of `pos`'s block: data is reported in whole blocks.
         const WINDOW: u64 = 64 << 20;
+        let mut from = pos - pos % DATA_BLOCK;
         loop {
-            let window_end = pos.saturating_add(WINDOW).min(size);
+            let window_end = from.saturating_add(WINDOW).min(size);
             let extents = self
                 .store
-                .extents(ino, pos, window_end - pos)
+                .extents(ino, from, window_end - from)
                 .map_err(errno)?;
-            match (whence, extents.first()) {
-                (libc::SEEK_DATA, Some(&(start, _))) => return Ok(start as i64),
-                (libc::SEEK_DATA, None) => pos = window_end,
+            let blocks = data_blocks(&extents);
+            // The first block run that ends after `pos`, cut to the file.
+            let run = blocks
+                .iter()
+                .map(|&(s, e)| (s.max(pos), e.min(size)))
+                .find(|&(s, e)| s < e);
+            match (whence, run) {
+                (libc::SEEK_DATA, Some((start, _))) => return Ok(start as i64),
+                (libc::SEEK_DATA, None) => {}
                 (_, None) => return Ok(pos as i64),
-                (_, Some(&(start, _))) if start > pos => return Ok(pos as i64),
-                (_, Some(&(start, len))) => {
-                    if start + len < window_end {
-                        return Ok((start + len) as i64);
-                    }
-                    pos = window_end;
-                }
+                (_, Some((start, _))) if start > pos => return Ok(pos as i64),
+                (_, Some((_, end))) if end < window_end => return Ok(end as i64),
+                (_, Some(_)) => pos = window_end,
             }
-            if pos >= size {
+            from = window_end;
+            pos = pos.max(window_end);
+            if from >= size {
                 // Past the last data there is only the hole at the end of the file.
                 return if whence == libc::SEEK_DATA {
                     Err(Errno::ENXIO)

@@ -398,7 +398,7 @@ fn fallocate_and_punch_hole() {
     // Zero range.
     fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 5).unwrap();
     assert_eq!(&fs::read(&p).unwrap()[..6], &[0, 0, 0, 0, 0, 0xAB]);
-    // SEEK_DATA / SEEK_HOLE follow the allocated cells (32 KiB granularity).
+    // SEEK_DATA / SEEK_HOLE report data in 4 KiB blocks.
     let seek = |off: i64, whence: i32| {
         // SAFETY: FFI on an open descriptor.
         check_off(unsafe { libc::lseek(f.as_raw_fd(), off, whence) })
@@ -414,11 +414,16 @@ fn fallocate_and_punch_hole() {
     assert_eq!(seek_g(0, libc::SEEK_DATA).unwrap(), 1 << 20);
     assert_eq!(seek_g(0, libc::SEEK_HOLE).unwrap(), 0);
     let hole = seek_g(1 << 20, libc::SEEK_HOLE).unwrap();
-    assert!(hole > 1 << 20 && hole <= (1 << 20) + 32768, "{hole}");
+    assert_eq!(hole, (1 << 20) + 4096);
     assert_eq!(errno(seek_g(2 << 20, libc::SEEK_DATA)), libc::ENXIO);
     assert_eq!(seek_g(2 << 20, libc::SEEK_HOLE).unwrap(), 2 << 20);
     assert_eq!(errno(seek_g(4 << 20, libc::SEEK_HOLE)), libc::ENXIO);
-    assert_eq!(seek(0, libc::SEEK_DATA).unwrap(), 5);
+    // The zeroed first 5 bytes share a block with data: data from 0; a
+    // zeroed whole block is a hole, inside a cell as anywhere.
+    assert_eq!(seek(0, libc::SEEK_DATA).unwrap(), 0);
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 8192).unwrap();
+    assert_eq!(seek(0, libc::SEEK_DATA).unwrap(), 8192);
+    assert_eq!(seek(0, libc::SEEK_HOLE).unwrap(), 0);
     // Punching without KEEP_SIZE is not supported (as on Linux).
     assert_eq!(
         errno(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10)),
@@ -911,9 +916,9 @@ fn fallocate_beyond_the_free_space_fails_with_enospc() {
     );
 }
 
-/// `st_blocks` counts the bytes stored, not the size: a sparse file looks
-/// sparse (as `cp --sparse`, `tar -S` and `rsync -S` test it), a full one
-/// does not, and both agree with SEEK_DATA/SEEK_HOLE.
+/// `st_blocks` counts the 4 KiB blocks that hold data, not the size: a
+/// sparse file looks sparse (as `cp --sparse`, `tar -S` and `rsync -S`
+/// test it), a full one does not, and both agree with SEEK_DATA/SEEK_HOLE.
 #[test]
 fn st_blocks_counts_stored_bytes() {
     let Some(m) = mounted() else { return };
@@ -923,17 +928,19 @@ fn st_blocks_counts_stored_bytes() {
     f.write_all_at(b"x", 100_000).unwrap();
     let meta = fs::metadata(&sparse).unwrap();
     assert_eq!(meta.len(), 100_001);
-    assert!(
-        meta.blocks() * 512 < 4096,
+    assert_eq!(
+        meta.blocks() * 512,
+        4096,
         "one byte written reports {} blocks",
         meta.blocks()
     );
     // SAFETY: FFI on an open descriptor.
     let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
-    assert_eq!(data, 100_000);
+    assert_eq!(data, 100_000 - 100_000 % 4096);
     f.sync_all().unwrap();
-    assert!(
-        fs::metadata(&sparse).unwrap().blocks() * 512 < 4096,
+    assert_eq!(
+        fs::metadata(&sparse).unwrap().blocks() * 512,
+        4096,
         "after the flush too"
     );
 
@@ -953,8 +960,9 @@ fn st_blocks_counts_stored_bytes() {
     })
     .unwrap();
     let after = fs::metadata(&full).unwrap().blocks() * 512;
-    assert!(
-        after <= 100_001 - 65_536 + 512,
+    assert_eq!(
+        after,
+        (100_001u64 - 65_536).div_ceil(4096) * 4096,
         "{after} bytes after punching 64 KiB"
     );
     // A copy with holes kept is as sparse as the original.
@@ -966,8 +974,68 @@ fn st_blocks_counts_stored_bytes() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(fs::metadata(&copy).unwrap().blocks() * 512 < 4096);
+    assert!(fs::metadata(&copy).unwrap().blocks() * 512 <= 4096);
     assert_eq!(fs::read(&copy).unwrap(), fs::read(&sparse).unwrap());
+}
+
+/// A 4 KiB punch inside a 32 KiB cell, and the gap between two writes in
+/// one cell, are holes for SEEK_DATA/SEEK_HOLE and `st_blocks` alike, and
+/// stay holes across a remount; writing into them makes them data again.
+#[test]
+fn holes_inside_a_cell_are_holes() {
+    if !fuse_available() {
+        return;
+    }
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    let blocks = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    let seek = |p: &Path, off: i64, whence: i32| {
+        let f = File::open(p).unwrap();
+        // SAFETY: FFI on an open descriptor.
+        check_off(unsafe { libc::lseek(f.as_raw_fd(), off, whence) }).unwrap()
+    };
+    let punched = m.path("punched");
+    fs::write(&punched, vec![9u8; 3 * 32768]).unwrap();
+    let f = OpenOptions::new().write(true).open(&punched).unwrap();
+    // SAFETY: FFI on an open descriptor.
+    check(unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4096,
+            4096,
+        )
+    })
+    .unwrap();
+    drop(f);
+    let gaps = m.path("gaps");
+    let g = File::create(&gaps).unwrap();
+    g.write_all_at(b"head", 10).unwrap();
+    g.write_all_at(b"tail", 20_000).unwrap();
+    drop(g);
+    for round in ["mounted", "remounted"] {
+        let (punched, gaps) = (m.path("punched"), m.path("gaps"));
+        assert_eq!(seek(&punched, 0, libc::SEEK_HOLE), 4096, "{round}");
+        assert_eq!(seek(&punched, 4096, libc::SEEK_DATA), 8192, "{round}");
+        assert_eq!(blocks(&punched), 3 * 32768 - 4096, "{round}");
+        assert_eq!(seek(&gaps, 0, libc::SEEK_HOLE), 4096, "{round}");
+        assert_eq!(seek(&gaps, 4096, libc::SEEK_DATA), 16384, "{round}");
+        assert_eq!(blocks(&gaps), 2 * 4096, "{round}");
+        let data = fs::read(&punched).unwrap();
+        assert!(data[4096..8192].iter().all(|b| *b == 0), "{round}");
+        assert!(data[..4096].iter().chain(&data[8192..]).all(|b| *b == 9));
+        m.unmount();
+        m = Mounted::new(store.clone(), default_options());
+    }
+    let gaps = m.path("gaps");
+    OpenOptions::new()
+        .write(true)
+        .open(&gaps)
+        .unwrap()
+        .write_all_at(&[1u8; 4096], 4096)
+        .unwrap();
+    assert_eq!(seek(&gaps, 0, libc::SEEK_HOLE), 8192);
+    assert_eq!(blocks(&gaps), 3 * 4096);
 }
 
 /// A file handle (name_to_handle_at) opens again with open_by_handle_at

@@ -150,14 +150,20 @@ impl Store {
             return Ok(out);
         }
         let cs = e.cell_size as u64;
+        // Data ranges (start -> length) per cell: stored ranges less their holes.
         let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
+        let put = |ranges: &mut BTreeMap<u64, u64>, cell: u64, data: Vec<(u32, u32)>| {
+            for (a, b) in data {
+                ranges.insert(cell * cs + a as u64, (b - a) as u64);
+            }
+        };
         e.tree.scan(
             &cell_key(oid, offset / cs),
             &cell_key(oid, end.div_ceil(cs)),
             &e.ctx,
             &mut |k, v| {
                 if let Value::Cell(c) = v {
-                    ranges.insert(k.off * cs + c.start as u64, c.len as u64);
+                    put(&mut ranges, k.off, c.data_ranges());
                 }
                 true
             },
@@ -165,7 +171,12 @@ impl Store {
         for (&(_, cell), d) in e.dirty.range((oid, offset / cs)..(oid, end.div_ceil(cs))) {
             // A buffered cell replaces whatever the tree holds for it.
             ranges.retain(|&s, _| s / cs != cell);
-            ranges.insert(cell * cs + d.start as u64, d.data.len() as u64);
+            let end = d.start + d.data.len() as u32;
+            put(
+                &mut ranges,
+                cell,
+                crate::holes::data_ranges(d.start, end, &d.holes),
+            );
         }
         for (s, l) in ranges {
             let (s, t) = (s.max(offset), (s + l).min(end));

@@ -1,6 +1,7 @@
 //! The write path: whole cells sealed before the lock, partial cells merged in a buffer, truncate, punch and delete — every way a unit leaves the tree.
 
 use super::*;
+use crate::holes::{self, Holes};
 
 /// A whole cell sealed before taking the engine lock.
 /// The whole cells of one write, sealed before the engine lock is taken and
@@ -38,10 +39,12 @@ pub(super) struct Prefetched {
     plain: PlainBuf,
 }
 
-/// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())` of the cell.
+/// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())`
+/// of the cell, of which `holes` (zeros there) were never written or were punched.
 pub(super) struct DirtyCell {
     pub(super) start: u32,
     pub(super) data: PlainBuf,
+    pub(super) holes: Holes,
 }
 
 impl Store {
@@ -204,20 +207,35 @@ impl Engine {
         )
     }
 
-    /// The current content of a cell as (start, bytes): buffered, or read from the tree.
-    pub(super) fn cell_content(&self, oid: u64, cell: u64) -> Result<Option<(u32, PlainBuf)>> {
+    /// The current content of a cell as (start, bytes, holes): buffered, or read from the tree.
+    pub(super) fn cell_content(
+        &self,
+        oid: u64,
+        cell: u64,
+    ) -> Result<Option<(u32, PlainBuf, Holes)>> {
         if let Some(d) = self.dirty.get(&(oid, cell)) {
-            return Ok(Some((d.start, PlainBuf::copy_of(&d.data))));
+            return Ok(Some((d.start, PlainBuf::copy_of(&d.data), d.holes.clone())));
         }
         match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
-            Some(Value::Cell(c)) => Ok(Some((c.start, self.read_cell(oid, cell, &c)?))),
+            Some(Value::Cell(c)) => {
+                let plain = self.read_cell(oid, cell, &c)?;
+                Ok(Some((c.start, plain, c.holes)))
+            }
             _ => Ok(None),
         }
     }
 
-    pub(super) fn set_dirty(&mut self, oid: u64, cell: u64, start: u32, data: PlainBuf) {
+    pub(super) fn set_dirty(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        start: u32,
+        data: PlainBuf,
+        holes: Holes,
+    ) {
         self.dirty_bytes += data.len();
-        if let Some(old) = self.dirty.insert((oid, cell), DirtyCell { start, data }) {
+        let d = DirtyCell { start, data, holes };
+        if let Some(old) = self.dirty.insert((oid, cell), d) {
             self.dirty_bytes -= old.data.len();
         }
     }
@@ -228,12 +246,19 @@ impl Engine {
         Some(d)
     }
 
-    /// Seals a buffered cell into a new unit under a fresh key and puts it in the tree.
+    /// Seals a buffered cell into a new unit under a fresh key and puts it
+    /// in the tree (holes at either end of its range are not stored).
     pub(super) fn write_out(&mut self, oid: u64, cell: u64) -> Result<()> {
-        let Some(d) = self.take_dirty(oid, cell) else {
+        let Some(mut d) = self.take_dirty(oid, cell) else {
             return Ok(());
         };
-        self.seal_cell(oid, cell, d.start, &d.data)
+        let end = d.start + d.data.len() as u32;
+        let (s, e) = holes::trim(d.start, end, &mut d.holes);
+        if s >= e {
+            return self.apply(Op::DropCell { oid, cell }, true);
+        }
+        let bytes = &d.data[(s - d.start) as usize..(e - d.start) as usize];
+        self.seal_cell(oid, cell, s, bytes, d.holes)
     }
 
     /// Seals `bytes` as the new content of a cell (from `start`) and puts it in the tree.
@@ -243,6 +268,7 @@ impl Engine {
         cell: u64,
         start: u32,
         bytes: &[u8],
+        holes: Holes,
     ) -> Result<()> {
         let len = bytes.len() as u32;
         let share = self.share_key_in(&self.tree, oid)?;
@@ -253,7 +279,15 @@ impl Engine {
         self.ctx
             .provider
             .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
-        self.put_sealed(oid, cell, start, len, &sealed, key_ref)
+        let addr = self.append_unit(&sealed)?;
+        let cref = CellRef {
+            start,
+            len,
+            addr,
+            key: key_ref,
+            holes,
+        };
+        self.apply(Op::PutCell { oid, cell, cref }, true)
     }
 
     /// Appends a run of sealed whole cells (in as few pieces as segment
@@ -272,6 +306,7 @@ impl Engine {
                     len: self.cell_size,
                     addr: base + (k * unit) as u64,
                     key,
+                    holes: Holes::new(),
                 };
                 self.apply(Op::PutCell { oid, cell, cref }, true)?;
                 cell += 1;
@@ -301,26 +336,6 @@ impl Engine {
             rest = tail;
         }
         pieces
-    }
-
-    /// Appends a sealed cell unit and points the tree at it.
-    pub(super) fn put_sealed(
-        &mut self,
-        oid: u64,
-        cell: u64,
-        start: u32,
-        len: u32,
-        sealed: &[u8],
-        key: KeyRef,
-    ) -> Result<()> {
-        let addr = self.append_unit(sealed)?;
-        let cref = CellRef {
-            start,
-            len,
-            addr,
-            key,
-        };
-        self.apply(Op::PutCell { oid, cell, cref }, true)
     }
 
     pub(super) fn write_out_all(&mut self) -> Result<()> {
@@ -445,12 +460,13 @@ impl Engine {
             if d.start <= from && to as usize <= d.start as usize + d.data.len() {
                 let at = (from - d.start) as usize;
                 d.data[at..at + chunk.len()].copy_from_slice(chunk);
+                holes::remove(&mut d.holes, from, to);
                 return Ok(false);
             }
         }
         let mut replaced_sealed = false;
         let old = match self.take_dirty(oid, cell) {
-            Some(d) => Some((d.start, d.data)),
+            Some(d) => Some((d.start, d.data, d.holes)),
             None => match self.tree.get(&cell_key(oid, cell), &self.ctx)? {
                 // Wholly overwritten: the old bytes are not needed.
                 Some(Value::Cell(c)) if from <= c.start && c.start + c.len <= to => {
@@ -466,29 +482,33 @@ impl Engine {
                         Some(i) => prefetched.swap_remove(i).plain,
                         None => self.read_cell(oid, cell, &c)?,
                     };
-                    Some((c.start, plain))
+                    Some((c.start, plain, c.holes))
                 }
                 _ => None,
             },
         };
-        let (start, bytes) = match old {
-            Some((old_start, mut old)) if !old.is_empty() => {
+        let (start, bytes, mut gaps) = match old {
+            Some((old_start, mut old, mut gaps)) if !old.is_empty() => {
                 let old_end = old_start + old.len() as u32;
                 if old_start <= from && to <= old_end {
                     old[(from - old_start) as usize..][..chunk.len()].copy_from_slice(chunk);
-                    (old_start, old)
+                    (old_start, old, gaps)
                 } else {
                     let (s, e) = (old_start.min(from), old_end.max(to));
                     let mut merged = PlainBuf::zeroed((e - s) as usize);
                     merged[(old_start - s) as usize..][..old.len()].copy_from_slice(&old);
                     merged[(from - s) as usize..][..chunk.len()].copy_from_slice(chunk);
-                    (s, merged)
+                    // The zeros between the old range and the new bytes were never written.
+                    holes::add(&mut gaps, to, old_start);
+                    holes::add(&mut gaps, old_end, from);
+                    (s, merged, gaps)
                 }
             }
-            _ => (from, PlainBuf::copy_of(chunk)),
+            _ => (from, PlainBuf::copy_of(chunk), Holes::new()),
         };
+        holes::remove(&mut gaps, from, to);
         let full = start == 0 && bytes.len() as u64 == self.cell_size as u64;
-        self.set_dirty(oid, cell, start, bytes);
+        self.set_dirty(oid, cell, start, bytes, gaps);
         if full {
             self.write_out(oid, cell)?;
         }
@@ -503,20 +523,17 @@ impl Engine {
         zero_from: u32,
         zero_to: u32,
     ) -> Result<()> {
-        let Some((start, mut bytes)) = self.cell_content(oid, cell)? else {
+        let Some((start, mut bytes, mut gaps)) = self.cell_content(oid, cell)? else {
             return Ok(());
         };
         let end = start + bytes.len() as u32;
         if zero_to <= start || zero_from >= end {
             return Ok(());
         }
-        let (mut s, mut e) = (start, end);
-        if zero_from <= start {
-            s = zero_to.min(end);
-        }
-        if zero_to >= end {
-            e = zero_from.max(s);
-        }
+        // The zeroed range becomes a hole; holes at either end of the
+        // range are cut off, so a cell that is all hole goes.
+        holes::add(&mut gaps, zero_from, zero_to);
+        let (s, e) = holes::trim(start, end, &mut gaps);
         if s >= e {
             self.take_dirty(oid, cell);
             return self.apply(Op::DropCell { oid, cell }, true);
@@ -525,7 +542,7 @@ impl Engine {
             bytes[(i - start) as usize] = 0;
         }
         let kept = PlainBuf::copy_of(&bytes[(s - start) as usize..(e - start) as usize]);
-        self.set_dirty(oid, cell, s, kept);
+        self.set_dirty(oid, cell, s, kept, gaps);
         // Seal now: the old unit (with the removed bytes) must leave the tree
         // before the next commit, and an unflushed buffer is not in the tree.
         self.write_out(oid, cell)

@@ -1,0 +1,122 @@
+//! Holes inside a cell: punched and never-written ranges are not data (extents), read as zeros, and survive a flush, a crash and a commit.
+
+use oubli_core::{CreateOptions, EpochPolicy, Options, Store, DEFAULT_CELL_SIZE};
+use oubli_media::MemMedium;
+use oubli_vault::MemoryVault;
+use std::sync::Arc;
+
+struct Fixture {
+    medium: Arc<MemMedium>,
+    vault: Arc<MemoryVault>,
+}
+
+impl Fixture {
+    fn new() -> (Fixture, Store) {
+        let medium = Arc::new(MemMedium::new());
+        let vault = Arc::new(MemoryVault::empty());
+        let v = vault.clone();
+        let store = Store::create(
+            medium.clone(),
+            move |r| {
+                oubli_core::Vault::store(&*v, r)?;
+                Ok(v)
+            },
+            CreateOptions::default(),
+            options(),
+        )
+        .unwrap();
+        (Fixture { medium, vault }, store)
+    }
+
+    fn reopen(&self) -> Store {
+        Store::open(self.medium.clone(), self.vault.clone(), options()).unwrap()
+    }
+}
+
+fn options() -> Options {
+    Options {
+        policy: EpochPolicy::manual(),
+        ..Options::default()
+    }
+}
+
+const CS: u64 = DEFAULT_CELL_SIZE as u64;
+
+#[test]
+fn a_punch_inside_a_cell_is_a_hole_after_flush_crash_and_commit() {
+    let (fx, s) = Fixture::new();
+    let oid = s.create_object(b"").unwrap();
+    s.write(oid, 0, &vec![7u8; 3 * CS as usize]).unwrap();
+    s.punch_hole(oid, 4096, 4096).unwrap();
+    let want = vec![(0, 4096), (8192, 3 * CS - 8192)];
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), want);
+    let data = s.read(oid, 0, 3 * CS as usize).unwrap();
+    assert!(data[4096..8192].iter().all(|b| *b == 0));
+    assert!(data[..4096].iter().chain(&data[8192..]).all(|b| *b == 7));
+    // Flushed, then the process dies: the intent log keeps the hole.
+    s.flush().unwrap();
+    drop(s);
+    let s = fx.reopen();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), want);
+    // Committed: the tree keeps it.
+    s.commit().unwrap();
+    drop(s);
+    let s = fx.reopen();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), want);
+    assert_eq!(s.read(oid, 0, 3 * CS as usize).unwrap(), data);
+    // Writing into the hole makes it data again.
+    s.write(oid, 5000, b"back").unwrap();
+    assert_eq!(
+        s.extents(oid, 0, u64::MAX).unwrap(),
+        vec![(0, 4096), (5000, 4), (8192, 3 * CS - 8192)]
+    );
+    s.write(oid, 4096, &[1u8; 4096]).unwrap();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), vec![(0, 3 * CS)]);
+}
+
+#[test]
+fn the_gap_between_two_writes_in_one_cell_is_a_hole() {
+    let (fx, s) = Fixture::new();
+    let oid = s.create_object(b"").unwrap();
+    s.write(oid, 10, b"head").unwrap();
+    s.write(oid, 20_000, b"tail").unwrap();
+    let want = vec![(10, 4), (20_000, 4)];
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), want);
+    s.commit().unwrap();
+    drop(s);
+    let s = fx.reopen();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), want);
+    let data = s.read(oid, 0, 20_004).unwrap();
+    assert_eq!(&data[10..14], b"head");
+    assert_eq!(&data[20_000..], b"tail");
+    assert!(data[14..20_000].iter().all(|b| *b == 0));
+    // Punching what is left at either end shrinks the stored range; the
+    // last data going takes the cell with it.
+    s.punch_hole(oid, 0, 100).unwrap();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), vec![(20_000, 4)]);
+    s.punch_hole(oid, 19_000, 2_000).unwrap();
+    assert_eq!(s.extents(oid, 0, u64::MAX).unwrap(), vec![]);
+}
+
+#[test]
+fn many_holes_in_one_cell_keep_the_largest_and_lose_no_data() {
+    let (fx, s) = Fixture::new();
+    let oid = s.create_object(b"").unwrap();
+    let pattern: Vec<u8> = (0..CS).map(|i| (i % 251) as u8 + 1).collect();
+    s.write(oid, 0, &pattern).unwrap();
+    let mut want = pattern.clone();
+    // 30 punches of growing size: only the 16 largest stay holes.
+    for i in 0..30u64 {
+        let (at, len) = (100 + i * 1000, 10 + i * 10);
+        s.punch_hole(oid, at, len).unwrap();
+        want[at as usize..(at + len) as usize].fill(0);
+    }
+    s.commit().unwrap();
+    drop(s);
+    let s = fx.reopen();
+    assert_eq!(s.read(oid, 0, CS as usize).unwrap(), want);
+    let extents = s.extents(oid, 0, u64::MAX).unwrap();
+    assert_eq!(extents.len(), oubli_core::holes::MAX_HOLES + 1);
+    let holes: u64 = CS - extents.iter().map(|(_, l)| l).sum::<u64>();
+    assert_eq!(holes, (14..30).map(|i| 10 + i * 10).sum::<u64>());
+}

@@ -1279,6 +1279,29 @@ impl Fs {
         Ok(())
     }
 
+    /// Stores zeros in the holes of `[from, to)`: preallocation as a local
+    /// file system does it, so the range counts in `st_blocks` and reads
+    /// as data, and a later write there does not grow the file's
+    /// allocation. (Beyond the end of the file, with `KEEP_SIZE`, nothing
+    /// is stored: an object holds no cells past its size.)
+    fn preallocate(&self, ino: u64, from: u64, to: u64) -> R<()> {
+        const CHUNK: u64 = 1 << 20;
+        let extents = self.store.extents(ino, from, to - from).map_err(errno)?;
+        let zeros = vec![0u8; CHUNK.min(to - from) as usize];
+        let mut at = from;
+        for (start, end) in extents.iter().map(|&(s, l)| (s, s + l)).chain([(to, to)]) {
+            while at < start {
+                let n = (start - at).min(CHUNK);
+                self.store
+                    .write(ino, at, &zeros[..n as usize])
+                    .map_err(errno)?;
+                at += n;
+            }
+            at = at.max(end);
+        }
+        Ok(())
+    }
+
     /// The kernel's rule when `caller` changes a file's data
     /// (`file_remove_privs`): set-user-ID goes, and set-group-ID when the
     /// file is group-executable or the caller is outside its group — unless
@@ -1340,6 +1363,9 @@ impl Fs {
         if mode & KEEP_SIZE == 0 && end > st.size {
             self.store.truncate(ino, end).map_err(errno)?;
             st.size = end;
+        }
+        if mode & (PUNCH_HOLE | ZERO_RANGE) == 0 && offset < st.size {
+            self.preallocate(ino, offset, end.min(st.size))?;
         }
         let now = Timestamp::now();
         if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 || mode & KEEP_SIZE == 0 {

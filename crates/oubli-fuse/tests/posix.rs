@@ -978,6 +978,39 @@ fn st_blocks_counts_stored_bytes() {
     assert_eq!(fs::read(&copy).unwrap(), fs::read(&sparse).unwrap());
 }
 
+/// fallocate preallocates inside the file: the range counts in
+/// `st_blocks` and is data for SEEK_DATA, and writing into it does not
+/// grow the allocation (xfstests generic/568); data already there is kept.
+#[test]
+fn fallocate_preallocates_inside_the_file() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("prealloc");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(b"keep", 40_000).unwrap();
+    // SAFETY: FFI on an open descriptor.
+    check(unsafe { libc::fallocate(f.as_raw_fd(), 0, 4095, 100_000) }).unwrap();
+    let blocks = || fs::metadata(&p).unwrap().blocks() * 512;
+    let before = blocks();
+    assert_eq!(before, (104_095u64.div_ceil(4096)) * 4096);
+    // SAFETY: FFI on an open descriptor.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    assert_eq!(data, 0, "the block holding byte 4095 is data");
+    f.write_all_at(b"xy", 4095).unwrap();
+    f.write_all_at(&[5u8; 8192], 60_000).unwrap();
+    assert_eq!(blocks(), before);
+    let back = fs::read(&p).unwrap();
+    assert_eq!(back.len(), 104_095);
+    assert_eq!(&back[40_000..40_004], b"keep");
+    assert_eq!(&back[4095..4097], b"xy");
+    assert!(back[4097..40_000].iter().all(|b| *b == 0));
+}
+
 /// A 4 KiB punch inside a 32 KiB cell, and the gap between two writes in
 /// one cell, are holes for SEEK_DATA/SEEK_HOLE and `st_blocks` alike, and
 /// stay holes across a remount; writing into them makes them data again.

@@ -1377,6 +1377,9 @@ impl Fs {
         if Self::drop_privs(&mut st, caller) {
             st.attr.ctime = now;
             self.persist(ino, &mut st)?;
+            // The kernel may have cached the mode it set itself just before
+            // (it drops set-user-ID on its own, not always set-group-ID).
+            self.tell_kernel_attrs_changed(ino);
         }
         let sensitive = st.sensitive();
         drop(st);
@@ -1857,6 +1860,15 @@ impl Fs {
         }
         self.tell_kernel_gone(parent, name);
         Ok(())
+    }
+
+    /// Drops the kernel's cached attributes of `ino` (not its cached pages:
+    /// an offset of -1), so the next stat asks again. Safe inside a request:
+    /// the kernel takes no inode lock for it.
+    fn tell_kernel_attrs_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
+        }
     }
 
     /// Drops the kernel's cached name, which it did not remove itself.

@@ -1,4 +1,4 @@
-//! The `Medium` conformance suite: the same properties, checked on every medium (memory, directory, file, and the recording and fault-injecting wrappers); a new medium joins by adding one `Subject`.
+//! The `Medium` conformance suite: the same properties, checked on every medium (memory, directory, file, S3 on a real server, and the recording and fault-injecting wrappers); a new medium joins by adding one `Subject`.
 //!
 //! What the engine relies on (oubli-core `Medium`): append-only segments
 //! read back byte for byte, errors of the documented kinds, two independent
@@ -8,8 +8,12 @@
 use oubli_media::{
     DirMedium, FaultMedium, FileMedium, Medium, MemMedium, RecordingMedium, Slot, SUPERBLOCK_MAX,
 };
+use oubli_s3::test_server::TestServer;
+use oubli_s3::S3Medium;
+use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Makes or opens a medium in a scratch directory.
 type Maker = fn(&std::path::Path) -> Box<dyn Medium>;
@@ -42,6 +46,11 @@ fn subjects() -> Vec<Subject> {
             reopen: Some(|p| Box::new(FileMedium::open(p.join("store.img")).unwrap())),
         },
         Subject {
+            name: "s3 (versitygw, versioned bucket)",
+            make: s3_medium,
+            reopen: Some(s3_medium),
+        },
+        Subject {
             name: "recording(memory)",
             make: |_| {
                 Box::new(RecordingMedium::new(MemMedium::with_segment_capacity(
@@ -58,6 +67,41 @@ fn subjects() -> Vec<Subject> {
     ]
 }
 
+/// The S3 servers of the running tests, one per scratch directory: a
+/// medium and its reopening share one; [`each`] stops it afterwards.
+static SERVERS: Mutex<Option<HashMap<PathBuf, TestServer>>> = Mutex::new(None);
+
+/// An S3 medium on a versitygw server of its own in `p`. Without versitygw
+/// (scripts/test installs it), a directory medium stands in, said loudly.
+fn s3_medium(p: &Path) -> Box<dyn Medium> {
+    let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    let servers = servers.get_or_insert_with(HashMap::new);
+    if !servers.contains_key(p) {
+        match TestServer::start(p) {
+            Some(s) => {
+                servers.insert(p.to_path_buf(), s);
+            }
+            None => {
+                eprintln!("S3 subject skipped: versitygw is not installed");
+                return Box::new(MemMedium::with_segment_capacity(SEGMENT));
+            }
+        }
+    }
+    let server = &servers[p];
+    let at = server.bucket("conformance", true, "store");
+    Box::new(
+        S3Medium::open_with(&at, &server.config())
+            .unwrap()
+            .with_segment_capacity(SEGMENT),
+    )
+}
+
+fn stop_s3_server(p: &Path) {
+    if let Some(servers) = SERVERS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        servers.remove(p);
+    }
+}
+
 /// Runs `check` on every subject, naming the medium in a failure.
 fn each(check: impl Fn(&Subject, &dyn Medium, &std::path::Path)) {
     for s in subjects() {
@@ -65,6 +109,8 @@ fn each(check: impl Fn(&Subject, &dyn Medium, &std::path::Path)) {
         let m = (s.make)(dir.path());
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&s, &*m, dir.path())));
+        drop(m);
+        stop_s3_server(dir.path());
         if let Err(panic) = outcome {
             let why = panic
                 .downcast_ref::<String>()
@@ -228,6 +274,8 @@ fn what_was_synced_is_there_after_reopening() {
         // And appends go on where they stopped.
         m.append(1, 7, b"+").unwrap();
         assert_eq!(read(&*m, 1, 0, 8), b"durable+", "{}", s.name);
+        drop(m);
+        stop_s3_server(dir.path());
     }
 }
 

@@ -1,0 +1,205 @@
+//! Bucket-level S3 requests object_store does not offer (create a bucket, turn versioning on, list and fetch every version of an object), signed by object_store's own SigV4 signer.
+//!
+//! The tests use them to prepare a bucket and to act as the adversary who
+//! keeps every version; `versions` also serves purging old versions.
+
+use crate::config::{invalid, S3Config};
+use bytes::Bytes;
+use object_store::aws::{AwsAuthorizer, AwsCredential};
+use object_store::client::{
+    HttpClient, HttpConnector, HttpRequest, HttpRequestBody, ReqwestConnector,
+};
+use object_store::ClientOptions;
+use std::io;
+
+/// One version of one object in a versioned bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion {
+    pub key: String,
+    pub version_id: String,
+    /// A delete marker holds no data.
+    pub delete_marker: bool,
+}
+
+/// Signed requests against one endpoint (path-style).
+pub struct Admin {
+    runtime: tokio::runtime::Runtime,
+    client: HttpClient,
+    endpoint: String,
+    region: String,
+    credential: AwsCredential,
+}
+
+impl Admin {
+    pub fn new(config: &S3Config) -> io::Result<Admin> {
+        let endpoint = config
+            .endpoint
+            .clone()
+            .ok_or_else(|| invalid("bucket administration needs an endpoint".into()))?;
+        let credential = AwsCredential {
+            key_id: config.access_key_id.clone().unwrap_or_default(),
+            secret_key: config.secret_access_key.clone().unwrap_or_default(),
+            token: config.session_token.clone(),
+        };
+        let options = ClientOptions::new().with_allow_http(endpoint.starts_with("http://"));
+        let client = ReqwestConnector::default()
+            .connect(&options)
+            .map_err(io::Error::other)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Admin {
+            runtime,
+            client,
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            region: config.region.clone(),
+            credential,
+        })
+    }
+
+    /// Sends a signed request; returns the body of a 2xx answer.
+    fn send(&self, method: &str, path_and_query: &str, body: Bytes) -> io::Result<Bytes> {
+        let mut request: HttpRequest = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path_and_query}", self.endpoint))
+            .body(HttpRequestBody::from(body))
+            .map_err(io::Error::other)?;
+        AwsAuthorizer::new(&self.credential, "s3", &self.region).authorize(&mut request, None);
+        self.runtime.block_on(async {
+            let response = self
+                .client
+                .execute(request)
+                .await
+                .map_err(io::Error::other)?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .bytes()
+                .await
+                .map_err(io::Error::other)?;
+            if status.is_success() {
+                Ok(body)
+            } else {
+                Err(io::Error::other(format!(
+                    "{method} {path_and_query}: {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )))
+            }
+        })
+    }
+
+    /// Creates `bucket` (an existing one owned by us is fine).
+    pub fn create_bucket(&self, bucket: &str) -> io::Result<()> {
+        match self.send("PUT", &format!("/{bucket}"), Bytes::new()) {
+            Err(e) if e.to_string().contains("BucketAlreadyOwnedByYou") => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Turns versioning on: from now on the server keeps every version.
+    pub fn enable_versioning(&self, bucket: &str) -> io::Result<()> {
+        let body = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Status>Enabled</Status></VersioningConfiguration>";
+        self.send("PUT", &format!("/{bucket}?versioning"), Bytes::from(body))
+            .map(|_| ())
+    }
+
+    /// Every version (and delete marker) of every object under `prefix`.
+    pub fn versions(&self, bucket: &str, prefix: &str) -> io::Result<Vec<ObjectVersion>> {
+        let mut out = Vec::new();
+        let mut marker: Option<(String, String)> = None;
+        loop {
+            let mut query = format!("/{bucket}?versions&prefix={}", encode(prefix));
+            if let Some((key, version)) = &marker {
+                query.push_str(&format!(
+                    "&key-marker={}&version-id-marker={}",
+                    encode(key),
+                    encode(version)
+                ));
+            }
+            let body = self.send("GET", &query, Bytes::new())?;
+            let text = String::from_utf8_lossy(&body);
+            for (tag, delete_marker) in [("Version", false), ("DeleteMarker", true)] {
+                for block in elements(&text, tag) {
+                    out.push(ObjectVersion {
+                        key: unescape(element(block, "Key").unwrap_or_default()),
+                        version_id: element(block, "VersionId").unwrap_or_default().to_string(),
+                        delete_marker,
+                    });
+                }
+            }
+            if element(&text, "IsTruncated") != Some("true") {
+                break;
+            }
+            marker = Some((
+                unescape(element(&text, "NextKeyMarker").unwrap_or_default()),
+                element(&text, "NextVersionIdMarker")
+                    .unwrap_or_default()
+                    .to_string(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The bytes of one version of an object.
+    pub fn get_version(&self, bucket: &str, key: &str, version_id: &str) -> io::Result<Vec<u8>> {
+        let path = format!(
+            "/{bucket}/{}?versionId={}",
+            encode_key(key),
+            encode(version_id)
+        );
+        self.send("GET", &path, Bytes::new()).map(|b| b.to_vec())
+    }
+
+    /// Removes one version for good (purging what a versioned bucket keeps).
+    pub fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> io::Result<()> {
+        let path = format!(
+            "/{bucket}/{}?versionId={}",
+            encode_key(key),
+            encode(version_id)
+        );
+        self.send("DELETE", &path, Bytes::new()).map(|_| ())
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Percent-encodes an object key, keeping its slashes.
+fn encode_key(key: &str) -> String {
+    key.split('/').map(encode).collect::<Vec<_>>().join("/")
+}
+
+/// The contents of every `<tag>...</tag>` in `xml`.
+fn elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+fn element<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+    elements(xml, tag).into_iter().next()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}

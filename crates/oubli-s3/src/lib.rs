@@ -1,0 +1,596 @@
+//! oubli-s3: the `Medium` seam on S3-compatible object storage — segments as immutable run objects, superblock slots fenced by conditional writes.
+//!
+//! S3 has no append and no rename, and a bucket may keep every version of
+//! every object forever. The mapping (docs/FORMAT-media.md, "S3"):
+//!
+//! * A segment is a sequence of **runs**: the bytes appended to it between
+//!   two syncs, uploaded once as the object `PREFIX/seg/{id:08x}/{offset:016x}`
+//!   with `If-None-Match: *` and never written again. Reads are ranged GETs.
+//!   Appends wait in memory until `sync` (or until a segment has
+//!   [`RUN_MAX`] bytes waiting, which are uploaded at once), so the memory
+//!   held is at most `RUN_MAX` per segment being written.
+//! * Both superblock slots live in one object, `PREFIX/superblocks` (a PUT
+//!   is atomic, so writing one slot cannot tear the other), written with
+//!   `If-Match` on the ETag this process first read or last wrote (or
+//!   `If-None-Match: *` when there was none). Two processes writing the
+//!   same store are therefore fenced: whichever writes second gets a
+//!   precondition failure, a `WouldBlock` error ("store in use"), whichever
+//!   slot each writes.
+//! * A PUT whose answer was lost (a timeout after the server stored it) is
+//!   retried by the client and then meets its own object: a precondition
+//!   failure whose object holds exactly the bytes written is a success.
+//! * Deleting a segment deletes its runs. On a versioned bucket the old
+//!   versions stay: ciphertext under keys the vault no longer has.
+
+mod admin;
+mod config;
+pub mod test_server;
+
+pub use admin::{Admin, ObjectVersion};
+pub use config::{S3Config, S3Location};
+
+use bytes::Bytes;
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
+use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Bytes waiting for one segment before they are uploaded without a sync.
+pub const RUN_MAX: usize = 16 << 20;
+
+/// Largest segment the engine may write (the engine cleans whole segments:
+/// smaller ones free space sooner; runs keep PUTs large regardless).
+pub const SEGMENT_CAPACITY: u64 = 64 << 20;
+
+/// A store's medium in a bucket.
+pub struct S3Medium {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<dyn ObjectStore>,
+    location: S3Location,
+    state: Mutex<State>,
+    /// One sync at a time (appends go on meanwhile).
+    syncing: Mutex<()>,
+    capacity: u64,
+}
+
+#[derive(Default)]
+struct State {
+    segments: BTreeMap<SegmentId, Segment>,
+    /// The superblocks object as this process first read or last wrote it;
+    /// `None` until looked at.
+    head: Option<Head>,
+}
+
+/// The superblocks object: its ETag (`None`: it does not exist) and slots.
+#[derive(Clone, Default)]
+struct Head {
+    etag: Option<String>,
+    slots: [Option<Vec<u8>>; 2],
+}
+
+const HEAD_MAGIC: &[u8; 8] = b"OUBLIS3\0";
+
+impl Head {
+    /// `magic, then per slot: u32 length (u32::MAX: never written), bytes`.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = HEAD_MAGIC.to_vec();
+        for slot in &self.slots {
+            match slot {
+                Some(b) => {
+                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    out.extend_from_slice(b);
+                }
+                None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+            }
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<[Option<Vec<u8>>; 2]> {
+        let mut rest = bytes.strip_prefix(HEAD_MAGIC)?;
+        let mut slots: [Option<Vec<u8>>; 2] = [None, None];
+        for slot in &mut slots {
+            let (len, tail) = rest.split_first_chunk::<4>()?;
+            let len = u32::from_le_bytes(*len);
+            rest = tail;
+            if len != u32::MAX {
+                let len = len as usize;
+                if len > SUPERBLOCK_MAX || rest.len() < len {
+                    return None;
+                }
+                *slot = Some(rest[..len].to_vec());
+                rest = &rest[len..];
+            }
+        }
+        rest.is_empty().then_some(slots)
+    }
+}
+
+#[derive(Default)]
+struct Segment {
+    /// Uploaded runs: offset -> length, contiguous from 0.
+    runs: BTreeMap<u64, u64>,
+    /// A run being uploaded: its offset and bytes (readable meanwhile).
+    uploading: Option<(u64, Bytes)>,
+    /// Appended, not yet uploaded: starts at `waiting_at`.
+    waiting: Vec<u8>,
+    waiting_at: u64,
+}
+
+impl Segment {
+    fn len(&self) -> u64 {
+        self.waiting_at + self.waiting.len() as u64
+    }
+}
+
+impl S3Medium {
+    /// Opens (or, for a new store, starts) the store at `location` with
+    /// the configuration of this process's environment.
+    pub fn open(location: &S3Location) -> io::Result<S3Medium> {
+        Self::open_with(location, &S3Config::from_env()?)
+    }
+
+    /// Opens with an explicit configuration: lists the segments already there.
+    pub fn open_with(location: &S3Location, config: &S3Config) -> io::Result<S3Medium> {
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&location.bucket)
+            .with_region(&config.region)
+            .with_virtual_hosted_style_request(!config.path_style)
+            .with_conditional_put(S3ConditionalPut::ETagMatch);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"));
+        }
+        if let (Some(id), Some(secret)) = (&config.access_key_id, &config.secret_access_key) {
+            builder = builder
+                .with_access_key_id(id)
+                .with_secret_access_key(secret);
+        }
+        if let Some(token) = &config.session_token {
+            builder = builder.with_token(token);
+        }
+        let store: AmazonS3 = builder
+            .build()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{location}: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("oubli-s3")
+            .enable_all()
+            .build()?;
+        let medium = S3Medium {
+            runtime,
+            store: Arc::new(store),
+            location: location.clone(),
+            state: Mutex::new(State::default()),
+            syncing: Mutex::new(()),
+            capacity: SEGMENT_CAPACITY,
+        };
+        medium.load_segments()?;
+        Ok(medium)
+    }
+
+    /// Caps segments at `capacity` bytes instead of [`SEGMENT_CAPACITY`].
+    pub fn with_segment_capacity(mut self, capacity: u64) -> S3Medium {
+        self.capacity = capacity;
+        self
+    }
+
+    fn key(&self, rest: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}{rest}", self.location.prefix))
+    }
+
+    fn run_key(&self, id: SegmentId, offset: u64) -> ObjectPath {
+        self.key(&format!("seg/{id:08x}/{offset:016x}"))
+    }
+
+    fn head_key(&self) -> ObjectPath {
+        self.key("superblocks")
+    }
+
+    /// Reads the superblocks object as it is on the server now.
+    fn fetch_head(&self) -> io::Result<Head> {
+        let key = self.head_key();
+        let got = self.runtime.block_on(async {
+            match self.store.get(&key).await {
+                Ok(r) => {
+                    let etag = r.meta.e_tag.clone();
+                    Ok(Some((r.bytes().await?, etag)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        match got.map_err(|e| self.error("reading the superblocks", e))? {
+            None => Ok(Head::default()),
+            Some((_, None)) => Err(io::Error::other(format!(
+                "{}: the server gave no ETag for the superblocks (conditional writes are needed)",
+                self.location
+            ))),
+            Some((bytes, Some(etag))) => {
+                let slots = Head::decode(&bytes).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{}: the superblocks object is malformed", self.location),
+                    )
+                })?;
+                Ok(Head {
+                    etag: Some(etag),
+                    slots,
+                })
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lists the run objects and rebuilds each segment's runs. Runs after
+    /// a gap (impossible unless the bucket was tampered with) are ignored.
+    fn load_segments(&self) -> io::Result<()> {
+        let prefix = self.key("seg/");
+        let metas: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(async {
+                use futures::TryStreamExt;
+                self.store.list(Some(&prefix)).try_collect().await
+            })
+            .map_err(|e| self.error("listing the segments", e))?;
+        let mut found: BTreeMap<SegmentId, BTreeMap<u64, u64>> = BTreeMap::new();
+        for meta in metas {
+            let name = meta.location.as_ref();
+            let Some(rest) = name
+                .strip_prefix(prefix.as_ref())
+                .map(|r| r.trim_start_matches('/'))
+            else {
+                continue;
+            };
+            let Some((id, offset)) = rest.split_once('/') else {
+                continue;
+            };
+            let (Ok(id), Ok(offset)) = (
+                SegmentId::from_str_radix(id, 16),
+                u64::from_str_radix(offset, 16),
+            ) else {
+                continue;
+            };
+            found.entry(id).or_default().insert(offset, meta.size);
+        }
+        let mut state = self.lock();
+        for (id, runs) in found {
+            let mut contiguous = BTreeMap::new();
+            let mut end = 0;
+            for (offset, len) in runs {
+                if offset != end {
+                    break;
+                }
+                contiguous.insert(offset, len);
+                end += len;
+            }
+            state.segments.insert(
+                id,
+                Segment {
+                    runs: contiguous,
+                    waiting_at: end,
+                    ..Segment::default()
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn error(&self, what: &str, e: object_store::Error) -> io::Error {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => io::ErrorKind::WouldBlock,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, format!("{} ({what}): {e}", self.location))
+    }
+
+    /// PUTs `data` at `key` under `mode`. A precondition failure whose
+    /// object already holds exactly `data` is our own earlier attempt whose
+    /// answer was lost: a success. Returns the object's ETag.
+    async fn put(
+        &self,
+        key: &ObjectPath,
+        data: Bytes,
+        mode: PutMode,
+    ) -> Result<Option<String>, object_store::Error> {
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(key, PutPayload::from(data.clone()), options)
+            .await
+        {
+            Ok(r) => Ok(r.e_tag),
+            Err(
+                e @ (object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }),
+            ) => match self.store.get(key).await {
+                Ok(got) => {
+                    let etag = got.meta.e_tag.clone();
+                    if got.bytes().await? == data {
+                        Ok(etag)
+                    } else {
+                        Err(e)
+                    }
+                }
+                Err(_) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Uploads what segment `id` has waiting as one run.
+    fn upload_waiting(&self, id: SegmentId) -> io::Result<()> {
+        let (offset, bytes) = {
+            let mut state = self.lock();
+            let Some(seg) = state.segments.get_mut(&id) else {
+                return Ok(());
+            };
+            if seg.waiting.is_empty() {
+                return Ok(());
+            }
+            let bytes = Bytes::from(std::mem::take(&mut seg.waiting));
+            let offset = seg.waiting_at;
+            seg.waiting_at += bytes.len() as u64;
+            seg.uploading = Some((offset, bytes.clone()));
+            (offset, bytes)
+        };
+        let key = self.run_key(id, offset);
+        let result = self
+            .runtime
+            .block_on(self.put(&key, bytes.clone(), PutMode::Create));
+        let mut state = self.lock();
+        let Some(seg) = state.segments.get_mut(&id) else {
+            return Ok(());
+        };
+        seg.uploading = None;
+        match result {
+            Ok(_) => {
+                seg.runs.insert(offset, bytes.len() as u64);
+                Ok(())
+            }
+            Err(e) => {
+                // Back in front of what was appended since: retried at the next sync.
+                let mut again = bytes.to_vec();
+                again.extend_from_slice(&seg.waiting);
+                seg.waiting = again;
+                seg.waiting_at = offset;
+                Err(self.error(&format!("writing segment {id} at {offset}"), e))
+            }
+        }
+    }
+}
+
+impl Medium for S3Medium {
+    fn describe(&self) -> String {
+        self.location.to_string()
+    }
+
+    fn segment_capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        let full = {
+            let mut state = self.lock();
+            if offset != 0 && !state.segments.contains_key(&id) {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no segment {id} to append to at {offset}"),
+                ));
+            }
+            let seg = state.segments.entry(id).or_default();
+            if offset != seg.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "append to segment {id} at {offset}, but it ends at {}",
+                        seg.len()
+                    ),
+                ));
+            }
+            if offset + data.len() as u64 > self.capacity {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("segment {id} would exceed {} bytes", self.capacity),
+                ));
+            }
+            seg.waiting.extend_from_slice(data);
+            seg.waiting.len() >= RUN_MAX
+        };
+        if full {
+            let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
+            self.upload_waiting(id)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = offset + buf.len() as u64;
+        // What to fetch: (object offset, position in buf, run key offset, length).
+        let mut fetches = Vec::new();
+        {
+            let state = self.lock();
+            let Some(seg) = state.segments.get(&id) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no segment {id}"),
+                ));
+            };
+            if end > seg.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("read of segment {id} past its end"),
+                ));
+            }
+            let mut at = offset;
+            while at < end {
+                if at >= seg.waiting_at {
+                    let from = (at - seg.waiting_at) as usize;
+                    let n = (end - at) as usize;
+                    buf[(at - offset) as usize..].copy_from_slice(&seg.waiting[from..from + n]);
+                    break;
+                }
+                if let Some((u_at, bytes)) = &seg.uploading {
+                    let u_end = u_at + bytes.len() as u64;
+                    if (*u_at..u_end).contains(&at) {
+                        let n = (end.min(u_end) - at) as usize;
+                        let from = (at - u_at) as usize;
+                        buf[(at - offset) as usize..][..n].copy_from_slice(&bytes[from..from + n]);
+                        at += n as u64;
+                        continue;
+                    }
+                }
+                let Some((&run_at, &run_len)) = seg.runs.range(..=at).next_back() else {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no run"));
+                };
+                let n = (end.min(run_at + run_len) - at) as usize;
+                fetches.push((run_at, at - run_at, (at - offset) as usize, n));
+                at += n as u64;
+            }
+        }
+        let got = self
+            .runtime
+            .block_on(futures::future::try_join_all(fetches.iter().map(
+                |&(run_at, from, _, n)| {
+                    let key = self.run_key(id, run_at);
+                    async move { self.store.get_range(&key, from..from + n as u64).await }
+                },
+            )));
+        let got = got.map_err(|e| self.error(&format!("reading segment {id}"), e))?;
+        for (bytes, &(_, _, at, n)) in got.iter().zip(&fetches) {
+            if bytes.len() != n {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: short read of segment {id}", self.location),
+                ));
+            }
+            buf[at..at + n].copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn segment_len(&self, id: SegmentId) -> io::Result<Option<u64>> {
+        Ok(self.lock().segments.get(&id).map(Segment::len))
+    }
+
+    fn list_segments(&self) -> io::Result<Vec<SegmentId>> {
+        Ok(self.lock().segments.keys().copied().collect())
+    }
+
+    fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
+        let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        let runs: Vec<u64> = match self.lock().segments.get(&id) {
+            Some(seg) => seg.runs.keys().copied().collect(),
+            None => return Ok(()),
+        };
+        let keys: Vec<ObjectPath> = runs.iter().map(|&at| self.run_key(id, at)).collect();
+        self.runtime
+            .block_on(futures::future::try_join_all(keys.iter().map(
+                |k| async move {
+                    match self.store.delete(k).await {
+                        Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        other => other,
+                    }
+                },
+            )))
+            .map_err(|e| self.error(&format!("deleting segment {id}"), e))?;
+        self.lock().segments.remove(&id);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting: Vec<SegmentId> = self
+            .lock()
+            .segments
+            .iter()
+            .filter(|(_, s)| !s.waiting.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
+        // Every waiting segment uploads at once: a flush costs one round trip.
+        let results: Vec<io::Result<()>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = waiting
+                .iter()
+                .map(|&id| scope.spawn(move || self.upload_waiting(id)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("upload panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
+        let now = self.fetch_head()?;
+        let mut state = self.lock();
+        // The first read sets the version later writes are conditional on;
+        // later reads do not move it, so a write by another process since
+        // stays detected.
+        if state.head.is_none() {
+            state.head = Some(now.clone());
+        }
+        Ok(now.slots[slot.index()].clone())
+    }
+
+    fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        if data.len() > SUPERBLOCK_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "superblock too large",
+            ));
+        }
+        if self.lock().head.is_none() {
+            self.read_superblock(slot)?;
+        }
+        let mut next = self.lock().head.clone().expect("just read");
+        next.slots[slot.index()] = Some(data.to_vec());
+        let mode = match next.etag.take() {
+            None => PutMode::Create,
+            Some(e_tag) => PutMode::Update(UpdateVersion {
+                e_tag: Some(e_tag),
+                version: None,
+            }),
+        };
+        let key = self.head_key();
+        let result = self
+            .runtime
+            .block_on(self.put(&key, Bytes::from(next.encode()), mode));
+        match result {
+            Ok(etag) => {
+                next.etag = match etag {
+                    Some(e) => Some(e),
+                    None => self.fetch_head()?.etag,
+                };
+                self.lock().head = Some(next);
+                Ok(())
+            }
+            Err(
+                e @ (object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }),
+            ) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{}: the superblocks were written by another process since this one read them: the store is in use elsewhere ({e})",
+                    self.location
+                ),
+            )),
+            Err(e) => Err(self.error("writing the superblocks", e)),
+        }
+    }
+}

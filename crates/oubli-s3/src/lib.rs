@@ -73,6 +73,13 @@ struct Head {
 
 const HEAD_MAGIC: &[u8; 8] = b"OUBLIS3\0";
 
+/// The two slots held by one version of the superblocks object (`None`:
+/// not an oubli superblocks object): what an adversary holding old
+/// versions gets from each.
+pub fn decode_superblocks(bytes: &[u8]) -> Option<[Option<Vec<u8>>; 2]> {
+    Head::decode(bytes)
+}
+
 impl Head {
     /// `magic, then per slot: u32 length (u32::MAX: never written), bytes`.
     fn encode(&self) -> Vec<u8> {

@@ -34,6 +34,63 @@ impl Adversary {
         }
     }
 
+    /// Everything the given segments (`(id, bytes)`, possibly several
+    /// pieces of one id at given offsets) and superblock versions hold.
+    pub fn from_parts(
+        segments: impl IntoIterator<Item = (oubli_core::SegmentId, u64, Vec<u8>)>,
+        superblocks: Vec<Vec<u8>>,
+    ) -> Adversary {
+        let mut whole: std::collections::BTreeMap<oubli_core::SegmentId, Vec<u8>> =
+            Default::default();
+        for (id, at, bytes) in segments {
+            let seg = whole.entry(id).or_default();
+            let end = at as usize + bytes.len();
+            if seg.len() < end {
+                seg.resize(end, 0);
+            }
+            seg[at as usize..end].copy_from_slice(&bytes);
+        }
+        let medium = MemMedium::new();
+        for (id, bytes) in whole {
+            if !bytes.is_empty() {
+                medium.append(id, 0, &bytes).expect("in-memory append");
+            }
+        }
+        medium.sync().expect("in-memory sync");
+        Adversary {
+            superblocks,
+            medium: Arc::new(medium),
+        }
+    }
+
+    /// Seizes every version of every object a versioned bucket kept under
+    /// `prefix` (what the cloud provider, its backups and its replicas hold).
+    pub fn seize_bucket(admin: &oubli_s3::Admin, bucket: &str, prefix: &str) -> Adversary {
+        let mut segments = Vec::new();
+        let mut superblocks = Vec::new();
+        for v in admin.versions(bucket, prefix).expect("list versions") {
+            if v.delete_marker {
+                continue;
+            }
+            let bytes = admin
+                .get_version(bucket, &v.key, &v.version_id)
+                .expect("get a version");
+            let name = &v.key[prefix.len()..];
+            if name == "superblocks" {
+                let slots = oubli_s3::decode_superblocks(&bytes).expect("superblocks object");
+                superblocks.extend(slots.into_iter().flatten());
+            } else if let Some((id, at)) = name.strip_prefix("seg/").and_then(|r| r.split_once('/'))
+            {
+                let id = u32::from_str_radix(id, 16).expect("segment id");
+                let at = u64::from_str_radix(at, 16).expect("run offset");
+                segments.push((id, at, bytes));
+            }
+        }
+        superblocks.sort();
+        superblocks.dedup();
+        Adversary::from_parts(segments, superblocks)
+    }
+
     /// Opens everything the given vault records unlock.
     pub fn recover(&self, keys: &[VaultRecord], provider: Arc<dyn CryptoProvider>) -> Recovery {
         audit::recover(
@@ -108,7 +165,17 @@ pub fn check_promise(
     runner: &crate::workload::Runner,
     provider: Arc<dyn CryptoProvider>,
 ) {
-    let adversary = Adversary::seize(recording);
+    check_promise_against(&Adversary::seize(recording), vault, runner, provider);
+}
+
+/// [`check_promise`] against what an adversary already seized (from a
+/// recording medium, or every version a bucket kept).
+pub fn check_promise_against(
+    adversary: &Adversary,
+    vault: &dyn oubli_core::Vault,
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) {
     assert!(
         adversary.plaintext_markers().is_empty(),
         "plaintext on the medium"

@@ -241,3 +241,72 @@ fn cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done() {
     );
     assert_eq!(runner.model.diff(&store), None);
 }
+
+/// Issue 13: the store on S3, in a bucket that keeps every version of
+/// every object (versitygw on loopback). After ≥ 20 epochs the adversary
+/// takes every version the server kept, the current vault and its
+/// password: nothing deleted before the last commit opens, live data does;
+/// with the vault's old keys (control) deleted data opens again.
+#[test]
+fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    let at = server.bucket("adversary", true, "store");
+    let medium = oubli_s3::S3Medium::open_with(&at, &server.config())
+        .unwrap()
+        .with_segment_capacity(harness::TEST_SEGMENT);
+    let options = harness::options(21);
+    let (store, vault) = harness::create(Arc::new(medium) as Arc<dyn Medium>, &options);
+    let workload = Workload::generate(21, 700, 64 * 1024, 25);
+    let mut runner = Runner::default();
+    let admin = server.admin();
+    let mut checked = 0;
+    for step in &workload.steps {
+        runner.step(&store, step).expect("step");
+        if *step == Step::Commit && runner.commits % 10 == 0 {
+            let adversary = Adversary::seize_bucket(&admin, &at.bucket, &at.prefix);
+            oubli_testkit::adversary::check_promise_against(
+                &adversary,
+                &*vault,
+                &runner,
+                options.provider.clone(),
+            );
+            checked += 1;
+        }
+    }
+    store.commit().unwrap();
+    runner.note_commit();
+    let adversary = Adversary::seize_bucket(&admin, &at.bucket, &at.prefix);
+    oubli_testkit::adversary::check_promise_against(
+        &adversary,
+        &*vault,
+        &runner,
+        options.provider.clone(),
+    );
+    assert!(runner.commits >= 20, "only {} epochs", runner.commits);
+    assert!(checked >= 2);
+    assert!(
+        runner.erased.len() > 500,
+        "erased too little: {}",
+        runner.erased.len()
+    );
+    assert_eq!(runner.model.diff(&store), None);
+    // The bucket really kept what was deleted: old superblocks and runs.
+    assert!(adversary.superblocks.len() > 20);
+    let recovered = adversary.recovered_markers(&vault.history(), options.provider.clone());
+    let leaked = recovered.intersection(&runner.erased).count();
+    assert!(
+        leaked * 2 > runner.erased.len(),
+        "control: with every old key the adversary should recover most deleted data; got {leaked} of {}",
+        runner.erased.len()
+    );
+    println!(
+        "s3 adversary: {} epochs, {} superblock versions, {} deleted marker blocks, none recovered with the current vault, {leaked} with the old keys",
+        runner.commits,
+        adversary.superblocks.len(),
+        runner.erased.len()
+    );
+}

@@ -16,6 +16,14 @@
 //!   same store are therefore fenced: whichever writes second gets a
 //!   precondition failure, a `WouldBlock` error ("store in use"), whichever
 //!   slot each writes.
+//! * A writer holds `PREFIX/lock` ([`S3Medium::open_writer`]): created with
+//!   `If-None-Match: *`, renewed every [`LEASE`]/3 with `If-Match`, deleted
+//!   when the medium is dropped. A second writer is refused at open with
+//!   the holder's host and pid. A lock left by a process that died (on this
+//!   host: its pid is gone; elsewhere: not renewed for a whole lease) is
+//!   taken over with `If-Match` on the stale lock, so only one opener wins.
+//!   A holder that lost its lock (it was paused past its lease and taken
+//!   over) refuses every further write.
 //! * A PUT whose answer was lost (a timeout after the server stored it) is
 //!   retried by the client and then meets its own object: a precondition
 //!   failure whose object holds exactly the bytes written is a success.
@@ -37,6 +45,7 @@ use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Bytes waiting for one segment before they are uploaded without a sync.
 pub const RUN_MAX: usize = 16 << 20;
@@ -44,6 +53,10 @@ pub const RUN_MAX: usize = 16 << 20;
 /// Largest segment the engine may write (the engine cleans whole segments:
 /// smaller ones free space sooner; runs keep PUTs large regardless).
 pub const SEGMENT_CAPACITY: u64 = 64 << 20;
+
+/// How long a writer's lock lasts without renewal before another
+/// process may take the store over.
+pub const LEASE: Duration = Duration::from_secs(30);
 
 /// A store's medium in a bucket.
 pub struct S3Medium {
@@ -54,6 +67,24 @@ pub struct S3Medium {
     /// One sync at a time (appends go on meanwhile).
     syncing: Mutex<()>,
     capacity: u64,
+    /// The writer's lock, when opened with [`S3Medium::open_writer`].
+    lock: Option<WriterLock>,
+}
+
+/// The lock object a writer holds, and the thread renewing it.
+struct WriterLock {
+    state: Arc<LockState>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+struct LockState {
+    key: ObjectPath,
+    token: u128,
+    /// The lock's current ETag; `None` once lost or released.
+    etag: Mutex<Option<String>>,
+    /// Set to stop the renewing thread.
+    stop: Mutex<bool>,
+    wake: std::sync::Condvar,
 }
 
 #[derive(Default)]
@@ -175,9 +206,116 @@ impl S3Medium {
             state: Mutex::new(State::default()),
             syncing: Mutex::new(()),
             capacity: SEGMENT_CAPACITY,
+            lock: None,
         };
         medium.load_segments()?;
         Ok(medium)
+    }
+
+    /// [`open`](Self::open) for writing: takes the store's lock first.
+    pub fn open_writer(location: &S3Location) -> io::Result<S3Medium> {
+        Self::open_writer_with(location, &S3Config::from_env()?, LEASE)
+    }
+
+    /// Opens for writing with an explicit configuration and lease.
+    pub fn open_writer_with(
+        location: &S3Location,
+        config: &S3Config,
+        lease: Duration,
+    ) -> io::Result<S3Medium> {
+        let mut medium = Self::open_with(location, config)?;
+        medium.take_lock(lease)?;
+        // Listed again under the lock: a previous holder may have written since.
+        medium.lock().segments.clear();
+        medium.load_segments()?;
+        Ok(medium)
+    }
+
+    fn take_lock(&mut self, lease: Duration) -> io::Result<()> {
+        let key = self.key("lock");
+        // Unique to this opening: two openings never write the same lock
+        // bytes (which would pass for a retried PUT of our own).
+        let token = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            ^ (u128::from(std::process::id()) << 64)
+            ^ (self as *const S3Medium as u128);
+        let mine = Bytes::from(lock_text(token));
+        let created = self
+            .runtime
+            .block_on(self.put(&key, mine.clone(), PutMode::Create));
+        let etag = match created {
+            Ok(etag) => etag,
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
+                let held = self.runtime.block_on(async {
+                    let r = self.store.get(&key).await?;
+                    let etag = r.meta.e_tag.clone();
+                    Ok::<_, object_store::Error>((r.bytes().await?, etag))
+                });
+                let (text, etag) = held.map_err(|e| self.error("reading the store's lock", e))?;
+                let holder = Holder::parse(&String::from_utf8_lossy(&text));
+                if !holder.is_gone(lease) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "{}: the store is in use by {} (its lock was renewed {}s ago; a lock not renewed for {}s may be taken over)",
+                            self.location,
+                            holder.who,
+                            holder.age().as_secs(),
+                            lease.as_secs()
+                        ),
+                    ));
+                }
+                let mode = PutMode::Update(UpdateVersion {
+                    e_tag: etag,
+                    version: None,
+                });
+                self.runtime
+                    .block_on(self.put(&key, mine.clone(), mode))
+                    .map_err(|e| self.error("taking over the lock of a process that is gone", e))?
+            }
+            Err(e) => return Err(self.error("taking the store's lock", e)),
+        };
+        let state = Arc::new(LockState {
+            key,
+            token,
+            etag: Mutex::new(etag),
+            stop: Mutex::new(false),
+            wake: std::sync::Condvar::new(),
+        });
+        let (store, handle, st) = (
+            self.store.clone(),
+            self.runtime.handle().clone(),
+            state.clone(),
+        );
+        let renewer = std::thread::Builder::new()
+            .name("oubli-s3-lock".into())
+            .spawn(move || renew(&*store, &handle, &st, lease / 3))?;
+        self.lock = Some(WriterLock {
+            state,
+            renewer: Some(renewer),
+        });
+        Ok(())
+    }
+
+    /// Refuses writes once the lock is lost (another process took over).
+    fn check_lock(&self) -> io::Result<()> {
+        match &self.lock {
+            Some(l) if l.state.etag.lock().unwrap_or_else(|p| p.into_inner()).is_none() => {
+                Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{}: this process lost the store's lock (another took it over): writes are refused",
+                        self.location
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Caps segments at `capacity` bytes instead of [`SEGMENT_CAPACITY`].
@@ -389,6 +527,7 @@ impl Medium for S3Medium {
     }
 
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_lock()?;
         let full = {
             let mut state = self.lock();
             if offset != 0 && !state.segments.contains_key(&id) {
@@ -518,6 +657,7 @@ impl Medium for S3Medium {
     }
 
     fn sync(&self) -> io::Result<()> {
+        self.check_lock()?;
         let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
         let waiting: Vec<SegmentId> = self
             .lock()
@@ -556,6 +696,7 @@ impl Medium for S3Medium {
     }
 
     fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        self.check_lock()?;
         if data.len() > SUPERBLOCK_MAX {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -599,5 +740,147 @@ impl Medium for S3Medium {
             )),
             Err(e) => Err(self.error("writing the superblocks", e)),
         }
+    }
+}
+
+impl Drop for S3Medium {
+    fn drop(&mut self) {
+        let Some(mut lock) = self.lock.take() else {
+            return;
+        };
+        *lock.state.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        lock.state.wake.notify_all();
+        if let Some(t) = lock.renewer.take() {
+            let _ = t.join();
+        }
+        // Released only if still ours (not taken over meanwhile).
+        let still_ours = lock
+            .state
+            .etag
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some();
+        if still_ours {
+            let _ = self.runtime.block_on(self.store.delete(&lock.state.key));
+        }
+    }
+}
+
+/// Renews the lock every `every` until told to stop or until the lock is
+/// found taken over (then its ETag becomes `None`: writes are refused).
+fn renew(
+    store: &dyn ObjectStore,
+    handle: &tokio::runtime::Handle,
+    st: &LockState,
+    every: Duration,
+) {
+    loop {
+        {
+            let stop = st.stop.lock().unwrap_or_else(|p| p.into_inner());
+            let (stop, _) = st
+                .wake
+                .wait_timeout(stop, every)
+                .unwrap_or_else(|p| p.into_inner());
+            if *stop {
+                return;
+            }
+        }
+        let current = st.etag.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(etag) = current else { return };
+        let options = PutOptions {
+            mode: PutMode::Update(UpdateVersion {
+                e_tag: Some(etag),
+                version: None,
+            }),
+            ..PutOptions::default()
+        };
+        let put = handle.block_on(store.put_opts(
+            &st.key,
+            PutPayload::from(lock_text(st.token)),
+            options,
+        ));
+        let mut slot = st.etag.lock().unwrap_or_else(|p| p.into_inner());
+        match put {
+            Ok(r) => *slot = r.e_tag,
+            Err(
+                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+            ) => {
+                *slot = None;
+                return;
+            }
+            // A network error: try again next round (the lease has room for two misses).
+            Err(_) => {}
+        }
+    }
+}
+
+/// What a lock object says: `oubli-s3-lock v1`, `host`, `boot`, `pid`,
+/// `token` (unique to the opening) and `renewed` lines.
+fn lock_text(token: u128) -> Vec<u8> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    format!(
+        "oubli-s3-lock v1\nhost {}\nboot {}\npid {}\ntoken {token:032x}\nrenewed {now}\n",
+        this_host(),
+        boot_id(),
+        std::process::id()
+    )
+    .into_bytes()
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into())
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The holder a lock object names.
+struct Holder {
+    who: String,
+    boot: String,
+    pid: u32,
+    renewed: u64,
+}
+
+impl Holder {
+    fn parse(text: &str) -> Holder {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+                .unwrap_or_default()
+        };
+        Holder {
+            who: format!("pid {} on {}", field("pid "), field("host ")),
+            boot: field("boot "),
+            pid: field("pid ").parse().unwrap_or(0),
+            renewed: field("renewed ").parse().unwrap_or(0),
+        }
+    }
+
+    fn age(&self) -> Duration {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        Duration::from_secs(now.saturating_sub(self.renewed))
+    }
+
+    /// Whether the holder is certainly gone: on this machine (same boot)
+    /// its process no longer exists; anywhere, its lease ran out.
+    fn is_gone(&self, lease: Duration) -> bool {
+        let here = !self.boot.is_empty() && self.boot == boot_id();
+        if here && self.pid != 0 && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
+            return true;
+        }
+        self.age() > lease
     }
 }

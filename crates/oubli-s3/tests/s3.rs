@@ -151,3 +151,96 @@ fn a_versioned_bucket_keeps_every_version_and_they_can_be_listed_and_purged() {
     let left: Vec<_> = admin.versions("versioned", "p/seg/").unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_second_writer_is_refused_at_open_and_a_dead_holders_lock_is_taken_over() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("locked", false, "s");
+    let lease = Duration::from_secs(30);
+    let first = S3Medium::open_writer_with(&at, &srv.config(), lease).unwrap();
+    let refused = S3Medium::open_writer_with(&at, &srv.config(), lease)
+        .err()
+        .expect("a second writer must be refused");
+    assert_eq!(refused.kind(), ErrorKind::WouldBlock, "{refused}");
+    assert!(refused.to_string().contains("in use by pid"), "{refused}");
+    // Readers need no lock.
+    S3Medium::open_with(&at, &srv.config()).unwrap();
+    // Released on drop: the next writer gets in.
+    drop(first);
+    let second = S3Medium::open_writer_with(&at, &srv.config(), lease).unwrap();
+    drop(second);
+
+    // A lock left by a process of this machine that no longer runs (kill -9).
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stale = format!(
+        "oubli-s3-lock v1\nhost elsewhere\nboot {}\npid {dead}\nrenewed {now}\n",
+        boot.trim()
+    );
+    put_raw(&srv, &at, "s/lock", stale.as_bytes());
+    let taken = S3Medium::open_writer_with(&at, &srv.config(), lease).unwrap();
+    drop(taken);
+
+    // A lock of another machine, fresh: refused; not renewed for a lease: taken.
+    let other = |renewed: u64| {
+        format!("oubli-s3-lock v1\nhost far\nboot other-boot\npid 1\nrenewed {renewed}\n")
+    };
+    put_raw(&srv, &at, "s/lock", other(now).as_bytes());
+    assert!(S3Medium::open_writer_with(&at, &srv.config(), lease).is_err());
+    put_raw(&srv, &at, "s/lock", other(now - 31).as_bytes());
+    S3Medium::open_writer_with(&at, &srv.config(), lease).unwrap();
+}
+
+#[test]
+fn a_writer_whose_lock_was_taken_over_refuses_to_write() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("lost", false, "");
+    let paused =
+        S3Medium::open_writer_with(&at, &srv.config(), Duration::from_millis(600)).unwrap();
+    paused.write_superblock(Slot::A, b"mine").unwrap();
+    // Another process took the store over while this one was paused.
+    put_raw(
+        &srv,
+        &at,
+        "lock",
+        b"oubli-s3-lock v1\nhost far\nboot x\npid 1\nrenewed 0\n",
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let e = paused.append(1, 0, b"late").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+    assert!(paused.write_superblock(Slot::B, b"late").is_err());
+}
+
+/// Writes an object directly (as another process would), bypassing the medium.
+fn put_raw(srv: &TestServer, at: &oubli_s3::S3Location, key: &str, bytes: &[u8]) {
+    use object_store::ObjectStore;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(&at.bucket)
+        .with_endpoint(srv.config().endpoint.unwrap())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(srv.config().access_key_id.unwrap())
+        .with_secret_access_key(srv.config().secret_access_key.unwrap())
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(store.put(&key.into(), bytes.to_vec().into()))
+        .unwrap();
+}

@@ -84,7 +84,7 @@ pub fn init(
         "created store {} (cell size {}) at epoch {}\n\
          created vault {} (Argon2id, {} MiB, {} passes)\n\
          Keep the password and the vault: without both, nothing in the store can be read.\n{note}",
-        g.store.display(),
+        g.store_shown().display(),
         ui::size(u64::from(cell_size)),
         store.epoch(),
         g.vault_shown.display(),

@@ -272,7 +272,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         cli.vault,
         cli.password_file,
         cli.on_vault_failure,
-    );
+    )?;
     match cli.command {
         Command::Init {
             cell_size,

@@ -209,11 +209,12 @@ pub fn mount(g: &Global, a: MountArgs) -> Result<String, Failure> {
         let rest = retention_options(o, &mut retention)?;
         opts.parse(&rest).map_err(Failure::usage)?;
     }
-    opts.space_from = Some(g.store.clone());
+    // A bucket has no free space to speak of: statfs then reports none.
+    opts.space_from = g.remote.is_none().then(|| g.store.clone());
     if opts.fsname == oubli_fuse::MountOptions::default().fsname {
         // Names the store in /proc/mounts, so that `oubli status MOUNTPOINT`,
         // `oubli purge MOUNTPOINT` and `oubli umount` find it.
-        opts.fsname = format!("{FSNAME_PREFIX}{}", g.store.display());
+        opts.fsname = format!("{FSNAME_PREFIX}{}", g.store_shown().display());
     }
     let mountpoint = session::absolute(&a.mountpoint);
     match std::fs::metadata(&mountpoint) {
@@ -282,9 +283,11 @@ fn serve(
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     let shares = g.share_opener(&password, &provider);
     drop(password);
-    let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
+    let medium = g
+        .open_medium(session::Access::Write)
+        .map_err(|e| g.fail(e))?;
     let options = g.long_running_options(&provider, opts.store_policy());
-    let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
+    let store = Arc::new(Store::open(medium, vault, options).map_err(|e| g.fail(e))?);
     store.set_share_opener(shares);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -394,7 +397,7 @@ fn lock_after_previous_holder(g: &Global) -> Result<Option<std::fs::File>, Failu
     loop {
         match g.lock(Access::Write) {
             Err(f) if f.code == exit::BUSY => {
-                if let Some(at) = mount_of_store(&g.store) {
+                if let Some(at) = mount_of_store(g.store_shown()) {
                     return Err(Failure::new(
                         exit::BUSY,
                         format!(

@@ -240,9 +240,11 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     let shares = g.share_opener(&password, &provider);
     drop(password);
-    let medium = oubli::open_dir_medium(&g.store).map_err(|e| g.fail(e))?;
+    let medium = g
+        .open_medium(session::Access::Write)
+        .map_err(|e| g.fail(e))?;
     let options = g.long_running_options(&provider, policy);
-    let store = Arc::new(Store::open(Arc::new(medium), vault, options).map_err(|e| g.fail(e))?);
+    let store = Arc::new(Store::open(medium, vault, options).map_err(|e| g.fail(e))?);
     store.set_share_opener(shares);
 
     // What the clients see: the live store, or a snapshot's read-only view.

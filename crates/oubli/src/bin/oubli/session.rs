@@ -27,7 +27,13 @@ pub enum Access {
 /// The global options, resolved.
 #[derive(Clone)]
 pub struct Global {
+    /// The store directory; for a store on S3 its local state directory
+    /// (the lock file and the control socket of the process holding it).
     pub store: PathBuf,
+    /// A store on S3 (`--store s3://BUCKET/PREFIX`).
+    pub remote: Option<oubli_s3::S3Location>,
+    /// Its URL, as messages show it.
+    remote_shown: Option<PathBuf>,
     /// The vault's address: an absolute path for a file vault, else the
     /// `tpm:` or `pkcs11:` address as given (it may hold a PIN).
     pub vault: PathBuf,
@@ -139,15 +145,55 @@ impl Global {
         vault: Option<PathBuf>,
         password_file: Option<PathBuf>,
         on_vault_failure: OnVaultFailure,
-    ) -> Global {
+    ) -> Result<Global, Failure> {
         let vault = vault_address(vault);
-        Global {
-            store: absolute(&store.unwrap_or_else(default_store)),
+        let (store, remote) = resolve_store(&store.unwrap_or_else(default_store))?;
+        Ok(Global {
+            store,
+            remote_shown: remote.as_ref().map(|r| PathBuf::from(r.to_string())),
+            remote,
             vault_shown: PathBuf::from(shown(&vault)),
             vault,
             password_file,
             vault_failure: on_vault_failure.into(),
+        })
+    }
+
+    /// These options with `store` (a directory or an `s3://` URL) in place of `--store`.
+    pub fn with_store(&self, store: &Path) -> Result<Global, Failure> {
+        let (store, remote) = resolve_store(store)?;
+        Ok(Global {
+            store,
+            remote_shown: remote.as_ref().map(|r| PathBuf::from(r.to_string())),
+            remote,
+            ..self.clone()
+        })
+    }
+
+    /// The store as users name it: its directory, or its `s3://` URL.
+    pub fn store_shown(&self) -> &Path {
+        self.remote_shown.as_deref().unwrap_or(&self.store)
+    }
+
+    /// Opens the store's medium: its directory (locked as `access` says)
+    /// or its bucket.
+    pub fn open_medium(&self, access: Access) -> Result<Arc<dyn oubli::Medium>, Error> {
+        if let Some(at) = &self.remote {
+            // A writer takes the store's lock object; readers need none.
+            let open = match access {
+                Access::Write => oubli_s3::S3Medium::open_writer,
+                Access::Read => oubli_s3::S3Medium::open,
+            };
+            let medium = open(at).map_err(|e| Error::Io {
+                context: format!("opening store {at}"),
+                source: e,
+            })?;
+            return Ok(Arc::new(medium));
         }
+        Ok(match access {
+            Access::Write => Arc::new(oubli::open_dir_medium(&self.store)?),
+            Access::Read => Arc::new(oubli::open_dir_medium_read_only(&self.store)?),
+        })
     }
 
     /// These options with the store of the `oubli mount` at `mountpoint`
@@ -157,10 +203,7 @@ impl Global {
             return Ok(self.clone());
         };
         match crate::mount::store_of_mount(at)? {
-            Some(store) => Ok(Global {
-                store,
-                ..self.clone()
-            }),
+            Some(store) => self.with_store(&store),
             None => Err(Failure::usage(format!(
                 "nothing is mounted at {}",
                 absolute(at).display()
@@ -170,7 +213,7 @@ impl Global {
 
     pub fn places(&self) -> Places<'_> {
         Places {
-            store: &self.store,
+            store: self.store_shown(),
             vault: &self.vault_shown,
         }
     }
@@ -182,6 +225,15 @@ impl Global {
     /// Takes the store lock: exclusive to write, shared to read. Other
     /// oubli processes are refused at once rather than left waiting.
     pub fn lock(&self, access: Access) -> Result<Option<File>, Failure> {
+        if self.remote.is_some() {
+            // The state directory of a remote store is ours to make.
+            std::fs::create_dir_all(&self.store).map_err(|e| {
+                self.fail(Error::Io {
+                    context: format!("creating {}", self.store.display()),
+                    source: e,
+                })
+            })?;
+        }
         let path = self.store.join(LOCK_FILE);
         let file = match OpenOptions::new()
             .read(true)
@@ -254,7 +306,8 @@ impl Global {
     /// Fails with exit 8 unless `--store` names a store directory. Checked
     /// before anything else so that no lock file lands in a stranger's directory.
     pub fn require_store(&self) -> Result<(), Failure> {
-        if self.store.join(DIR_MARKER).is_file() {
+        // A bucket is checked when opened (no superblocks: not a store).
+        if self.remote.is_some() || self.store.join(DIR_MARKER).is_file() {
             Ok(())
         } else {
             Err(self.fail(Error::NotInitialized(self.store.display().to_string())))
@@ -287,7 +340,7 @@ impl Global {
     ) -> Result<Box<dyn Vault>, Failure> {
         let shown = PathBuf::from(shown(address));
         let places = Places {
-            store: &self.store,
+            store: self.remote_shown.as_deref().unwrap_or(&self.store),
             vault: &shown,
         };
         let Some(text) = address.to_str() else {
@@ -366,11 +419,8 @@ impl Global {
         access: Access,
         provider: &Arc<dyn CryptoProvider>,
     ) -> Result<Store, Error> {
-        let medium = match access {
-            Access::Write => oubli::open_dir_medium(&self.store)?,
-            Access::Read => oubli::open_dir_medium_read_only(&self.store)?,
-        };
-        Store::open(Arc::new(medium), vault, options(access, provider))
+        let medium = self.open_medium(access)?;
+        Store::open(medium, vault, options(access, provider))
     }
 }
 
@@ -390,6 +440,20 @@ impl Session {
     pub fn committed_on_open(&self) -> bool {
         self.store.epoch() > self.vault_epoch_at_open
     }
+}
+
+/// `--store` resolved: a directory made absolute, or an `s3://` URL and the
+/// local state directory kept for it (`$XDG_STATE_HOME/oubli/s3/BUCKET/PREFIX`).
+fn resolve_store(store: &Path) -> Result<(PathBuf, Option<oubli_s3::S3Location>), Failure> {
+    let Some(parsed) = store.to_str().and_then(oubli_s3::S3Location::parse) else {
+        return Ok((absolute(store), None));
+    };
+    let at = parsed.map_err(|e| Failure::usage(format!("--store: {e}")))?;
+    let state = xdg_dir("XDG_STATE_HOME", ".local/state")
+        .join("oubli/s3")
+        .join(&at.bucket)
+        .join(at.prefix.trim_end_matches('/'));
+    Ok((state, Some(at)))
 }
 
 /// Turns a path given relative to the working directory into one that stays

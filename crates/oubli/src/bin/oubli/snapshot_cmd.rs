@@ -217,7 +217,7 @@ pub fn redact(
             relative.display()
         ))
     })?;
-    let g = Global { store, ..g.clone() };
+    let g = g.with_store(&store)?;
     let reply = g.control(&request)?.ok_or_else(|| {
         Failure::usage(format!(
             "the mount of {} does not answer on its control socket (is it an oubli mount of this version?)",

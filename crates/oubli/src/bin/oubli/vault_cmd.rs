@@ -235,6 +235,9 @@ pub fn create_store(
     create: CreateOptions,
     options: Options,
 ) -> Result<Store, Error> {
+    if let Some(at) = &g.remote {
+        return create_remote_store(g, at, password, kdf, create, options);
+    }
     if session::is_file_vault(&g.vault) {
         return oubli::create_dir_store(&g.store, &g.vault, password, kdf, create, options);
     }
@@ -255,6 +258,52 @@ pub fn create_store(
         |first| {
             create_vault(&address, password, kdf, first, provider.clone())
                 .map_err(|e| already_exists(e, &g.vault_shown))
+        },
+        create,
+        options,
+    )
+}
+
+/// [`create_store`] in a bucket: refused if anything of a store is there.
+fn create_remote_store(
+    g: &Global,
+    at: &oubli_s3::S3Location,
+    password: &SecretBytes,
+    kdf: KdfParams,
+    create: CreateOptions,
+    options: Options,
+) -> Result<Store, Error> {
+    kdf.validate().map_err(Error::Invalid)?;
+    let medium = g.open_medium(session::Access::Write)?;
+    let io = |e: std::io::Error| Error::Io {
+        context: format!("looking at {at}"),
+        source: e,
+    };
+    let occupied = medium
+        .read_superblock(oubli::Slot::A)
+        .map_err(io)?
+        .is_some()
+        || medium
+            .read_superblock(oubli::Slot::B)
+            .map_err(io)?
+            .is_some()
+        || !medium.list_segments().map_err(io)?.is_empty();
+    if occupied {
+        return Err(Error::AlreadyInitialized(at.to_string()));
+    }
+    let provider = options.provider.clone();
+    let address = g.vault.to_string_lossy().into_owned();
+    Store::create(
+        medium,
+        |first| {
+            if session::is_file_vault(&g.vault) {
+                oubli::FileVault::create(&g.vault, password, kdf, first, provider.clone())
+                    .map(|v| Box::new(v) as Box<dyn oubli::Vault>)
+                    .map_err(|e| already_exists(e, &g.vault_shown))
+            } else {
+                create_vault(&address, password, kdf, first, provider.clone())
+                    .map_err(|e| already_exists(e, &g.vault_shown))
+            }
         },
         create,
         options,

@@ -1,8 +1,9 @@
-//! Crash: the process serving the mount is killed mid-workload; after a remount every fsync'd file is intact and files unlinked while open are erased.
+//! Crash: the process serving the mount is killed mid-workload; after a remount every fsync'd file is intact and files unlinked while open are erased — on a directory store, and on S3 (20 kill points, the S3 server killed too).
 //!
 //! The file system runs in a child process: this test binary re-executed
-//! with `OUBLI_FUSE_CRASH_CHILD` set runs `serve_until_killed`, which mounts a
-//! directory store (file vault) and serves until SIGKILL.
+//! with `OUBLI_FUSE_CRASH_CHILD` set runs `serve_until_killed`, which mounts
+//! the store (a directory, or the bucket named by `OUBLI_FUSE_CRASH_S3`,
+//! reached through the AWS_* variables; file vault) and serves until SIGKILL.
 
 mod common;
 use common::*;
@@ -21,21 +22,43 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "OUBLI_FUSE_CRASH_CHILD";
+const S3_ENV: &str = "OUBLI_FUSE_CRASH_S3";
 
 fn password() -> SecretBytes {
     SecretBytes::new(b"crash test".to_vec())
 }
 
-fn open_store(dir: &Path) -> Arc<Store> {
+/// Where the store under test is: `dir/store`, or a bucket.
+type S3 = Option<(oubli_s3::S3Location, oubli_s3::S3Config)>;
+
+/// The child's: the bucket in `$OUBLI_FUSE_CRASH_S3`, reached through AWS_*.
+fn s3_from_env() -> S3 {
+    let url = std::env::var(S3_ENV).ok()?;
+    let at = oubli_s3::S3Location::parse(&url).unwrap().unwrap();
+    Some((at, oubli_s3::S3Config::from_env().unwrap()))
+}
+
+fn open_medium(dir: &Path, s3: &S3) -> Arc<dyn oubli_core::Medium> {
+    match s3 {
+        // A killed holder's lock (this machine, its pid gone) is taken over at once.
+        Some((at, config)) => Arc::new(
+            oubli_s3::S3Medium::open_writer_with(at, config, oubli_s3::LEASE)
+                .expect("open the S3 store"),
+        ),
+        None => Arc::new(DirMedium::open(dir.join("store")).expect("open store dir")),
+    }
+}
+
+fn open_store(dir: &Path, s3: &S3) -> Arc<Store> {
     let provider = Arc::new(RingProvider::new());
-    let medium = DirMedium::open(dir.join("store")).expect("open store dir");
+    let medium = open_medium(dir, s3);
     let vault =
         FileVault::open(dir.join("vault"), &password(), provider.clone()).expect("open vault");
     let options = Options {
         provider,
         ..store_options()
     };
-    Arc::new(Store::open(Arc::new(medium), Arc::new(vault), options).expect("open store"))
+    Arc::new(Store::open(medium, Arc::new(vault), options).expect("open store"))
 }
 
 /// The child: mounts the store in `$OUBLI_FUSE_CRASH_CHILD` and serves until killed.
@@ -45,7 +68,7 @@ fn serve_until_killed() {
         return; // an ordinary test run: nothing to do
     };
     let dir = PathBuf::from(dir);
-    let store = open_store(&dir);
+    let store = open_store(&dir, &s3_from_env());
     let _session =
         oubli_fuse::mount(store, dir.join("mnt"), default_options()).expect("child mount");
     File::create(dir.join("ready")).unwrap();
@@ -74,7 +97,8 @@ impl Drop for Server {
     }
 }
 
-fn spawn_child(dir: &Path) -> Server {
+fn spawn_child(dir: &Path, env: &[(&'static str, String)]) -> Server {
+    let _ = fs::remove_file(dir.join("ready"));
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -83,6 +107,7 @@ fn spawn_child(dir: &Path) -> Server {
             "--test-threads=1",
         ])
         .env(CHILD_ENV, dir)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .spawn()
         .expect("spawn the serving child");
     let mut server = Server {
@@ -121,51 +146,70 @@ struct Durable {
     in_flight: Option<(String, Option<String>)>,
 }
 
-#[test]
-fn kill_mid_workload_then_remount() {
-    if std::env::var(CHILD_ENV).is_ok() || !fuse_available() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    fs::create_dir(dir.join("mnt")).unwrap();
-    {
-        let provider = Arc::new(RingProvider::new());
-        let medium = DirMedium::create(dir.join("store")).unwrap();
-        Store::create(
-            Arc::new(medium),
-            |r| {
-                FileVault::create(
-                    dir.join("vault"),
-                    &password(),
-                    KdfParams::testing(),
-                    r,
-                    provider.clone(),
-                )
-                .map_err(Into::into)
-            },
-            CreateOptions::default(),
-            Options {
-                provider: provider.clone(),
-                ..store_options()
-            },
-        )
-        .unwrap();
-    }
-    let mut server = spawn_child(dir);
+/// Creates the store under test (empty) with its file vault in `dir`.
+fn create_store(dir: &Path, s3: &S3) {
+    let provider = Arc::new(RingProvider::new());
+    let medium: Arc<dyn oubli_core::Medium> = match s3 {
+        Some(_) => open_medium(dir, s3),
+        None => Arc::new(DirMedium::create(dir.join("store")).unwrap()),
+    };
+    Store::create(
+        medium,
+        |r| {
+            FileVault::create(
+                dir.join("vault"),
+                &password(),
+                KdfParams::testing(),
+                r,
+                provider.clone(),
+            )
+            .map_err(Into::into)
+        },
+        CreateOptions::default(),
+        Options {
+            provider: provider.clone(),
+            ..store_options()
+        },
+    )
+    .unwrap();
+}
+
+/// What kills the serving side in a round.
+enum Kill<'a> {
+    /// kill -9 of the process serving the mount.
+    Mount,
+    /// kill -9 of the S3 server (then of the mount, whose writes fail), and a restart.
+    S3Server(&'a mut oubli_s3::test_server::TestServer),
+}
+
+/// One crash: the child mounts the store, a workload writes, renames and
+/// removes files (fsync'ing half of them) until `durable_target` files are
+/// durable, the serving side is killed, and a remount must show every
+/// fsync'd file, none that was durably removed, and no file that was
+/// unlinked while open.
+fn crash_round(
+    dir: &Path,
+    s3: &S3,
+    env: &[(&'static str, String)],
+    round: u64,
+    durable_target: usize,
+    kill: Kill,
+) {
+    let mut server = spawn_child(dir, env);
     let mnt = dir.join("mnt");
     let durable = Arc::new(Mutex::new(Durable::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
         let (mnt, durable, stop) = (mnt.clone(), durable.clone(), stop.clone());
         std::thread::spawn(move || -> std::io::Result<()> {
-            let mut rng = SplitMix64::new(77);
+            let mut rng = SplitMix64::new(77 + round);
             let mut held = Vec::new();
-            for i in 0.. {
+            let n = |i: u64| format!("r{round}f{i}");
+            for i in 0u64.. {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let name = format!("f{i}");
+                let name = n(i);
                 let len = rng.below(200_000) as usize + 1;
                 let data: Vec<u8> = (0..len).map(|j| (i as u8).wrapping_add(j as u8)).collect();
                 let mut f = File::create(mnt.join(&name))?;
@@ -175,12 +219,11 @@ fn kill_mid_workload_then_remount() {
                     lock(&durable).files.insert(name.clone(), data);
                 } else {
                     // Not fsync'd: may or may not survive, never corrupts the rest.
-                    fs::write(mnt.join(format!("loose{i}")), &data[..len / 2])?;
+                    fs::write(mnt.join(format!("r{round}loose{i}")), &data[..len / 2])?;
                 }
                 // Durable files that move or go: after the directory's fsync, that is durable too.
-                let pick = |k: usize| format!("f{}", i - k);
-                if i % 5 == 4 && lock(&durable).files.contains_key(&pick(4)) {
-                    let (from, to) = (pick(4), format!("moved{}", i - 4));
+                if i % 5 == 4 && lock(&durable).files.contains_key(&n(i - 4)) {
+                    let (from, to) = (n(i - 4), format!("r{round}moved{}", i - 4));
                     lock(&durable).in_flight = Some((from.clone(), Some(to.clone())));
                     fs::rename(mnt.join(&from), mnt.join(&to))?;
                     File::open(&mnt)?.sync_all()?;
@@ -190,8 +233,8 @@ fn kill_mid_workload_then_remount() {
                     d.files.insert(to, data);
                     d.gone.push(from);
                 }
-                if i % 7 == 6 && lock(&durable).files.contains_key(&pick(2)) {
-                    let victim = pick(2);
+                if i % 7 == 6 && lock(&durable).files.contains_key(&n(i - 2)) {
+                    let victim = n(i - 2);
                     lock(&durable).in_flight = Some((victim.clone(), None));
                     fs::remove_file(mnt.join(&victim))?;
                     File::open(&mnt)?.sync_all()?;
@@ -202,7 +245,7 @@ fn kill_mid_workload_then_remount() {
                 }
                 if i % 11 == 10 {
                     // Unlinked while open, and still open at the crash.
-                    let p = mnt.join(format!("open{i}"));
+                    let p = mnt.join(format!("r{round}open{i}"));
                     let f = File::create(&p)?;
                     (&f).write_all(b"unlinked but open")?;
                     let ino = f.metadata()?.ino();
@@ -215,12 +258,22 @@ fn kill_mid_workload_then_remount() {
             Ok(())
         })
     };
-    // Let the workload run, then kill the server in the middle of it.
+    // Let the workload run, then kill in the middle of it.
     let start = Instant::now();
-    while lock(&durable).files.len() < 60 && start.elapsed() < Duration::from_secs(60) {
+    while lock(&durable).files.len() < durable_target && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    server.kill();
+    match kill {
+        Kill::Mount => server.kill(),
+        Kill::S3Server(s3_server) => {
+            s3_server.kill();
+            // The mount cannot write any more: what it acknowledged is all
+            // that counts. Give it a moment to fail, then kill it too.
+            std::thread::sleep(Duration::from_millis(200));
+            server.kill();
+            s3_server.restart();
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     let outcome = worker.join().expect("workload thread");
     assert!(
@@ -229,14 +282,9 @@ fn kill_mid_workload_then_remount() {
     );
 
     let durable = lock(&durable);
-    assert!(durable.files.len() >= 60 && !durable.orphans.is_empty());
-    let store = open_store(dir);
-    let m = Mounted {
-        session: Some(oubli_fuse::mount(store.clone(), &mnt, default_options()).expect("remount")),
-        tmp,
-        mnt: mnt.clone(),
-        store: store.clone(),
-    };
+    assert!(durable.files.len() >= durable_target.min(1));
+    let store = open_store(dir, s3);
+    let session = oubli_fuse::mount(store.clone(), &mnt, default_options()).expect("remount");
     for (name, data) in &durable.files {
         let found = match &durable.in_flight {
             // The cut-off rename or removal may have reached the medium: the file is then at its
@@ -257,7 +305,8 @@ fn kill_mid_workload_then_remount() {
                 }
             }
             _ => Some(
-                fs::read(mnt.join(name)).unwrap_or_else(|e| panic!("fsync'd {name} lost: {e}")),
+                fs::read(mnt.join(name))
+                    .unwrap_or_else(|e| panic!("round {round}: fsync'd {name} lost: {e}")),
             ),
         };
         if let Some(got) = found {
@@ -273,7 +322,7 @@ fn kill_mid_workload_then_remount() {
     }
     for ino in &durable.orphans {
         assert!(
-            !m.store.exists(*ino).unwrap(),
+            !store.exists(*ino).unwrap(),
             "file unlinked while open (object {ino}) not erased"
         );
     }
@@ -282,5 +331,53 @@ fn kill_mid_workload_then_remount() {
         let e = e.unwrap();
         fs::read(e.path()).unwrap_or_else(|err| panic!("{:?}: {err}", e.file_name()));
     }
-    drop(m);
+    session.unmount().expect("unmount");
+    drop(store);
+}
+
+#[test]
+fn kill_mid_workload_then_remount() {
+    if std::env::var(CHILD_ENV).is_ok() || !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::create_dir(dir.join("mnt")).unwrap();
+    create_store(dir, &None);
+    crash_round(dir, &None, &[], 0, 60, Kill::Mount);
+}
+
+/// Issue 13: the store on S3 (versitygw on loopback). Twenty kill points at
+/// random moments of the workload — mid-upload and mid-commit among them —
+/// with every fifth one a kill -9 of the S3 server instead: after each,
+/// every fsync'd file is there, durably removed ones are not, files
+/// unlinked while open are erased, and the killed holder's lock is taken
+/// over at once (same machine, its process gone).
+#[test]
+fn kill_mid_workload_then_remount_on_s3() {
+    if std::env::var(CHILD_ENV).is_ok() || !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(mut s3_server) = oubli_s3::test_server::TestServer::start(dir) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    fs::create_dir(dir.join("mnt")).unwrap();
+    let at = s3_server.bucket("crash", true, "store");
+    let mut env = s3_server.env();
+    env.push((S3_ENV, at.to_string()));
+    let s3: S3 = Some((at, s3_server.config()));
+    create_store(dir, &s3);
+    let mut rng = SplitMix64::new(2026);
+    for round in 0..20 {
+        let target = 2 + rng.below(25) as usize;
+        let kill = if round % 5 == 4 {
+            Kill::S3Server(&mut s3_server)
+        } else {
+            Kill::Mount
+        };
+        crash_round(dir, &s3, &env, round, target, kill);
+    }
 }

@@ -17,8 +17,8 @@
 //!   precondition failure, a `WouldBlock` error ("store in use"), whichever
 //!   slot each writes.
 //! * A writer holds `PREFIX/lock` ([`S3Medium::open_writer`]): created with
-//!   `If-None-Match: *`, renewed every [`LEASE`]/3 with `If-Match`, deleted
-//!   when the medium is dropped. A second writer is refused at open with
+//!   `If-None-Match: *`, renewed every [`LEASE`]/3 with `If-Match`, marked
+//!   released (not deleted) when the medium is dropped. A second writer is refused at open with
 //!   the holder's host and pid. A lock left by a process that died (on this
 //!   host: its pid is gone; elsewhere: not renewed for a whole lease) is
 //!   taken over with `If-Match` on the stale lock, so only one opener wins.
@@ -242,43 +242,52 @@ impl S3Medium {
             ^ (u128::from(std::process::id()) << 64)
             ^ (self as *const S3Medium as u128);
         let mine = Bytes::from(lock_text(token));
-        let created = self
-            .runtime
-            .block_on(self.put(&key, mine.clone(), PutMode::Create));
-        let etag = match created {
-            Ok(etag) => etag,
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => {
-                let held = self.runtime.block_on(async {
-                    let r = self.store.get(&key).await?;
-                    let etag = r.meta.e_tag.clone();
-                    Ok::<_, object_store::Error>((r.bytes().await?, etag))
-                });
-                let (text, etag) = held.map_err(|e| self.error("reading the store's lock", e))?;
-                let holder = Holder::parse(&String::from_utf8_lossy(&text));
-                if !holder.is_gone(lease) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        format!(
-                            "{}: the store is in use by {} (its lock was renewed {}s ago; a lock not renewed for {}s may be taken over)",
-                            self.location,
-                            holder.who,
-                            holder.age().as_secs(),
-                            lease.as_secs()
-                        ),
-                    ));
-                }
-                let mode = PutMode::Update(UpdateVersion {
-                    e_tag: etag,
-                    version: None,
-                });
-                self.runtime
-                    .block_on(self.put(&key, mine.clone(), mode))
-                    .map_err(|e| self.error("taking over the lock of a process that is gone", e))?
+        let mut attempts = 0;
+        let etag = loop {
+            attempts += 1;
+            let created = self
+                .runtime
+                .block_on(self.put(&key, mine.clone(), PutMode::Create));
+            match created {
+                Ok(etag) => break etag,
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => {}
+                Err(e) => return Err(self.error("taking the store's lock", e)),
             }
-            Err(e) => return Err(self.error("taking the store's lock", e)),
+            let held = self.runtime.block_on(async {
+                let r = self.store.get(&key).await?;
+                let etag = r.meta.e_tag.clone();
+                Ok::<_, object_store::Error>((r.bytes().await?, etag))
+            });
+            let (text, etag) = match held {
+                Ok(h) => h,
+                // Gone between our PUT and our GET: try again.
+                Err(object_store::Error::NotFound { .. }) if attempts < 5 => continue,
+                Err(e) => return Err(self.error("reading the store's lock", e)),
+            };
+            let holder = Holder::parse(&String::from_utf8_lossy(&text));
+            if !holder.is_gone(lease) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{}: the store is in use by {} (its lock was renewed {}s ago; a lock not renewed for {}s may be taken over)",
+                        self.location,
+                        holder.who,
+                        holder.age().as_secs(),
+                        lease.as_secs()
+                    ),
+                ));
+            }
+            let mode = PutMode::Update(UpdateVersion {
+                e_tag: etag,
+                version: None,
+            });
+            break self
+                .runtime
+                .block_on(self.put(&key, mine.clone(), mode))
+                .map_err(|e| self.error("taking over the lock of a process that is gone", e))?;
         };
         let state = Arc::new(LockState {
             key,
@@ -753,16 +762,27 @@ impl Drop for S3Medium {
         if let Some(t) = lock.renewer.take() {
             let _ = t.join();
         }
-        // Released only if still ours (not taken over meanwhile).
-        let still_ours = lock
+        // Released only if still ours (not taken over meanwhile): marked
+        // released rather than deleted, because some servers refuse
+        // `If-None-Match: *` over a delete marker of a versioned bucket.
+        let etag = lock
             .state
             .etag
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .is_some();
-        if still_ours {
-            let _ = self.runtime.block_on(self.store.delete(&lock.state.key));
+            .take();
+        if let Some(etag) = etag {
+            let options = PutOptions {
+                mode: PutMode::Update(UpdateVersion {
+                    e_tag: Some(etag),
+                    version: None,
+                }),
+                ..PutOptions::default()
+            };
+            let released = PutPayload::from_static(b"oubli-s3-lock v1\nreleased\n");
+            let _ = self
+                .runtime
+                .block_on(self.store.put_opts(&lock.state.key, released, options));
         }
     }
 }
@@ -845,6 +865,7 @@ fn boot_id() -> String {
 
 /// The holder a lock object names.
 struct Holder {
+    released: bool,
     who: String,
     boot: String,
     pid: u32,
@@ -859,6 +880,7 @@ impl Holder {
                 .unwrap_or_default()
         };
         Holder {
+            released: text.lines().any(|l| l.trim() == "released"),
             who: format!("pid {} on {}", field("pid "), field("host ")),
             boot: field("boot "),
             pid: field("pid ").parse().unwrap_or(0),
@@ -877,6 +899,9 @@ impl Holder {
     /// Whether the holder is certainly gone: on this machine (same boot)
     /// its process no longer exists; anywhere, its lease ran out.
     fn is_gone(&self, lease: Duration) -> bool {
+        if self.released {
+            return true;
+        }
         let here = !self.boot.is_empty() && self.boot == boot_id();
         if here && self.pid != 0 && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
             return true;

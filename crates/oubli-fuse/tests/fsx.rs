@@ -1,4 +1,4 @@
-//! fsx (the crates.io port of the File System eXerciser) over 100,000 random operations against the mount: pread/pwrite, mmap reads and writes, truncate, fallocate, hole punching, sendfile, copy_file_range, fsync.
+//! fsx (the crates.io port of the File System eXerciser) over 100,000 random operations against the mount (and 20,000 on a store in an S3 bucket): pread/pwrite, mmap reads and writes, truncate, fallocate, hole punching, sendfile, copy_file_range, fsync.
 
 mod common;
 use common::*;
@@ -62,13 +62,35 @@ fn fsx_hundred_thousand_operations() {
         return;
     }
     let Some(fsx) = fsx() else { return };
-    let m = Mounted::new(mem_store(), default_options());
+    run_fsx(&fsx, &Mounted::new(mem_store(), default_options()), 100_000);
+}
+
+/// Issue 13: the mount on a store in an S3 bucket (versitygw on loopback),
+/// 20,000 operations, every fsync a PUT.
+#[test]
+fn fsx_twenty_thousand_operations_on_s3() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(fsx) = fsx() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    let at = server.bucket("fsx", true, "store");
+    let medium = oubli_s3::S3Medium::open_with(&at, &server.config()).unwrap();
+    let store = store_on(std::sync::Arc::new(medium), store_options());
+    run_fsx(&fsx, &Mounted::new(store, default_options()), 20_000);
+}
+
+fn run_fsx(fsx: &std::path::Path, m: &Mounted, operations: u32) {
     let config = m.tmp.path().join("fsx.toml");
     std::fs::write(&config, CONFIG).unwrap();
-    let out = Command::new(&fsx)
+    let out = Command::new(fsx)
         .arg("-f")
         .arg(&config)
-        .args(["-N", "100000", "-S", "20261122", "-P"])
+        .args(["-N", &operations.to_string(), "-S", "20261122", "-P"])
         .arg(m.tmp.path())
         .arg(m.path("fsxfile"))
         .output()

@@ -3,7 +3,7 @@
 //! The tests use them to prepare a bucket and to act as the adversary who
 //! keeps every version; `versions` also serves purging old versions.
 
-use crate::config::{invalid, S3Config};
+use crate::config::S3Config;
 use bytes::Bytes;
 use object_store::aws::{AwsAuthorizer, AwsCredential};
 use object_store::client::{
@@ -19,6 +19,8 @@ pub struct ObjectVersion {
     pub version_id: String,
     /// A delete marker holds no data.
     pub delete_marker: bool,
+    /// The object's current version (a current delete marker: the object is deleted).
+    pub is_latest: bool,
 }
 
 /// Signed requests against one endpoint (path-style).
@@ -32,10 +34,11 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(config: &S3Config) -> io::Result<Admin> {
+        // AWS itself when no endpoint is named (path-style works there too).
         let endpoint = config
             .endpoint
             .clone()
-            .ok_or_else(|| invalid("bucket administration needs an endpoint".into()))?;
+            .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", config.region));
         let credential = AwsCredential {
             key_id: config.access_key_id.clone().unwrap_or_default(),
             secret_key: config.secret_access_key.clone().unwrap_or_default(),
@@ -124,6 +127,7 @@ impl Admin {
                         key: unescape(element(block, "Key").unwrap_or_default()),
                         version_id: element(block, "VersionId").unwrap_or_default().to_string(),
                         delete_marker,
+                        is_latest: element(block, "IsLatest") == Some("true"),
                     });
                 }
             }

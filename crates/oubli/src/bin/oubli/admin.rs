@@ -274,8 +274,13 @@ fn render_status(r: &StatusReport) -> String {
     out
 }
 
-/// `oubli gc [--threshold F]`.
-pub fn gc(g: &Global, threshold: f64) -> Result<String, Failure> {
+/// `oubli gc [--threshold F] [--purge-versions]`.
+pub fn gc(g: &Global, threshold: f64, purge_versions: bool) -> Result<String, Failure> {
+    if purge_versions && g.remote.is_none() {
+        return Err(Failure::usage(
+            "--purge-versions is for a store in a versioned S3 bucket (--store s3://...)",
+        ));
+    }
     if !(0.0..=1.0).contains(&threshold) {
         return Err(Failure::usage(format!(
             "--threshold {threshold} must lie between 0 and 1"
@@ -289,13 +294,42 @@ pub fn gc(g: &Global, threshold: f64) -> Result<String, Failure> {
     let report = session.store.gc(threshold);
     drop(spinner);
     let report = report.map_err(|e| g.fail(e))?;
-    Ok(format!(
+    let mut out = format!(
         "gc: {orphans} orphan object(s) deleted and erased, {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",
         report.segments_deleted,
         ui::size(report.bytes_reclaimed),
         ui::size(report.bytes_moved),
         session.store.epoch()
-    ))
+    );
+    // After the session (and its lock) is gone, so that the lock's own
+    // release is purged too. No lock is needed: only noncurrent versions
+    // go, and the store only ever reads current ones.
+    drop(session);
+    if let (true, Some(at)) = (purge_versions, &g.remote) {
+        let purged = purge_old_versions(at).map_err(|e| {
+            g.fail(Error::Io {
+                context: format!("purging old versions in {at}"),
+                source: e,
+            })
+        })?;
+        out.push_str(&format!(
+            "gc: {purged} old version(s) and delete marker(s) removed from the bucket\n"
+        ));
+    }
+    Ok(out)
+}
+
+/// Deletes every version of the store's objects that is not the current
+/// one (older versions, delete markers) from a versioned bucket.
+fn purge_old_versions(at: &oubli_s3::S3Location) -> std::io::Result<usize> {
+    let admin = oubli_s3::Admin::new(&oubli_s3::S3Config::from_env()?)?;
+    let versions = admin.versions(&at.bucket, &at.prefix)?;
+    let mut purged = 0;
+    for v in versions.iter().filter(|v| v.delete_marker || !v.is_latest) {
+        admin.delete_version(&at.bucket, &v.key, &v.version_id)?;
+        purged += 1;
+    }
+    Ok(purged)
 }
 
 #[derive(Serialize)]

@@ -166,6 +166,11 @@ enum Command {
         /// Clean segments whose live share is below this fraction
         #[arg(long, default_value_t = 0.5)]
         threshold: f64,
+        /// On a store in a versioned S3 bucket, also delete the old versions the
+        /// bucket keeps of the store's objects (ciphertext under dead keys: only
+        /// space is at stake)
+        #[arg(long)]
+        purge_versions: bool,
     },
     /// Try to recover deleted data as an adversary would, and give a verdict (exit 10 on a leak)
     Audit {
@@ -312,7 +317,10 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Status {
             json, mountpoint, ..
         } => admin::status(&g.at_mount(mountpoint.as_deref())?, json),
-        Command::Gc { threshold } => admin::gc(&g, threshold),
+        Command::Gc {
+            threshold,
+            purge_versions,
+        } => admin::gc(&g, threshold, purge_versions),
         Command::Audit {
             with_copy,
             with_vault_copy,

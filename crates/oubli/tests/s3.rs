@@ -1,0 +1,146 @@
+//! The `oubli` command on a store in an S3 bucket (versitygw on loopback, versioning on): init, put, get, rm, commit, a second writer refused, the audit's verdict, gc --purge-versions.
+
+use assert_cmd::Command;
+use oubli_s3::test_server::TestServer;
+use predicates::prelude::*;
+use std::path::Path;
+
+const PASSWORD: &str = "s3 test password";
+
+fn oubli(dir: &Path, server: &TestServer, store: &str, state: &str) -> Command {
+    let mut cmd = Command::cargo_bin("oubli").unwrap();
+    cmd.env_clear()
+        .env("HOME", dir)
+        .env("XDG_STATE_HOME", dir.join(state))
+        .env("OUBLI_STORE", store)
+        .env("OUBLI_VAULT", dir.join("vault"))
+        .env("OUBLI_PASSWORD", PASSWORD);
+    for (k, v) in server.env() {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+#[test]
+fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start(dir.path()) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    let at = server.bucket("cli", true, "team/store");
+    let url = at.to_string();
+    let cmd = |state: &str| oubli(dir.path(), &server, &url, state);
+    cmd("here")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "created store s3://cli/team/store/",
+        ));
+    // A second init finds the store there: "already initialized" (exit 4).
+    cmd("here")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .env("OUBLI_VAULT", dir.path().join("vault2"))
+        .assert()
+        .code(4);
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "MARKER-the-deleted-secret").unwrap();
+    cmd("here")
+        .args(["put", "secret"])
+        .arg(&secret)
+        .assert()
+        .success();
+    cmd("here")
+        .args(["put", "kept"])
+        .arg(&secret)
+        .assert()
+        .success();
+    cmd("here")
+        .args(["get", "secret", "-"])
+        .assert()
+        .success()
+        .stdout("MARKER-the-deleted-secret");
+    cmd("here")
+        .args(["rm", "secret", "--purge"])
+        .assert()
+        .success();
+    cmd("here").args(["ls"]).assert().success().stdout("kept\n");
+    // The adversary's view (every object the bucket holds now + the vault):
+    // nothing deleted opens.
+    cmd("here")
+        .args(["audit"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nothing deleted can be recovered"));
+    cmd("here").args(["fsck"]).assert().success();
+
+    // The bucket kept old versions; gc --purge-versions removes them.
+    let admin = server.admin();
+    let old = |admin: &oubli_s3::Admin| {
+        admin
+            .versions("cli", "team/store/")
+            .unwrap()
+            .into_iter()
+            .filter(|v| v.delete_marker || !v.is_latest)
+            .count()
+    };
+    assert!(old(&admin) > 0, "a versioned bucket keeps old versions");
+    cmd("here")
+        .args(["gc", "--purge-versions"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("old version(s)"));
+    assert_eq!(old(&admin), 0);
+    cmd("here").args(["get", "kept", "-"]).assert().success();
+    // --purge-versions on a directory store is a usage error.
+    let mut local = Command::cargo_bin("oubli").unwrap();
+    local
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("OUBLI_STORE", dir.path().join("no-store"))
+        .args(["gc", "--purge-versions"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_second_writer_elsewhere_is_refused_while_a_mount_holds_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start(dir.path()) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    let url = server.bucket("busy", false, "").to_string();
+    let cmd = |state: &str| oubli(dir.path(), &server, &url, state);
+    cmd("a")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    // A writer on "another machine" (its own state directory) holds the store...
+    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"));
+    holder
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("a"))
+        .env("OUBLI_STORE", &url)
+        .env("OUBLI_VAULT", dir.path().join("vault"))
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .envs(server.env())
+        .args(["put", "big", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut holder = holder.spawn().unwrap();
+    // ... (its stdin still open: it is mid-put) ...
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    cmd("b")
+        .args(["put", "other", "-"])
+        .write_stdin("x")
+        .assert()
+        .code(11)
+        .stderr(predicate::str::contains("in use by pid"));
+    // Readers need no lock.
+    cmd("b").args(["ls"]).assert().success();
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    cmd("b").args(["ls"]).assert().success().stdout("big\n");
+}

@@ -103,6 +103,11 @@ impl TestServer {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server (kill -9) — what a crash of the cloud side looks like.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

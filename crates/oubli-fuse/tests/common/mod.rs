@@ -55,8 +55,48 @@ pub fn store_on(medium: Arc<dyn Medium>, options: Options) -> Arc<Store> {
     )
 }
 
+/// The store most mount tests run on: in memory, or — with
+/// `OUBLI_FUSE_ON_S3=1` (scripts/test runs the POSIX suite so a second
+/// time) — in a bucket of a versitygw server shared by the test binary.
 pub fn mem_store() -> Arc<Store> {
+    if std::env::var_os("OUBLI_FUSE_ON_S3").is_some() {
+        return s3_store();
+    }
     store_on(Arc::new(oubli_media::MemMedium::new()), store_options())
+}
+
+/// A fresh store (its own prefix) in the shared S3 test server's bucket.
+fn s3_store() -> Arc<Store> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    static SERVER: OnceLock<(tempfile::TempDir, oubli_s3::test_server::TestServer)> =
+        OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (_, server) = SERVER.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let server = oubli_s3::test_server::TestServer::start(dir.path())
+            .expect("OUBLI_FUSE_ON_S3 is set but versitygw is not installed");
+        KILL_AT_EXIT.store(server.pid(), Ordering::Relaxed);
+        // SAFETY: FFI; registers a plain function (no captured state) that
+        // only reads an atomic and sends a signal.
+        unsafe { libc::atexit(kill_server_at_exit) };
+        (dir, server)
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let at = server.bucket("posix", false, &format!("t{n}"));
+    let medium = oubli_s3::S3Medium::open_with(&at, &server.config()).unwrap();
+    store_on(Arc::new(medium), store_options())
+}
+
+/// The shared S3 server's pid: a static is never dropped, so it is killed at exit.
+static KILL_AT_EXIT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn kill_server_at_exit() {
+    let pid = KILL_AT_EXIT.load(std::sync::atomic::Ordering::Relaxed);
+    if pid != 0 {
+        // SAFETY: FFI; signals the server process this binary started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
 }
 
 /// A mounted store in a temporary directory; unmounted on drop.

@@ -1,8 +1,10 @@
-//! A real S3 server for the tests: versitygw (posix backend, versioning on) started on loopback in a directory of the caller's.
+//! A real S3 server for the tests: versitygw (posix backend, versioning on) — or MinIO with `OUBLI_S3_SERVER=minio` — started on loopback in a directory of the caller's.
 //!
 //! scripts/test installs versitygw (`go install
 //! github.com/versity/versitygw/cmd/versitygw@v1.8.0`); where it is missing,
 //! [`TestServer::start`] returns `None` and the caller skips, saying so.
+//! MinIO (`go install github.com/minio/minio@latest`) runs with four drives
+//! (erasure coding, which its versioning needs).
 
 use crate::admin::Admin;
 use crate::config::{S3Config, S3Location};
@@ -26,11 +28,21 @@ pub struct TestServer {
     pub versions: PathBuf,
 }
 
+/// Which server the tests run: `OUBLI_S3_SERVER` (`versitygw`, the
+/// default, or `minio`).
+fn server_name() -> String {
+    std::env::var("OUBLI_S3_SERVER").unwrap_or_else(|_| "versitygw".into())
+}
+
 /// The versitygw binary: `$OUBLI_VERSITYGW`, on `PATH`, or in Go's bin directory.
 pub fn versitygw() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("OUBLI_VERSITYGW") {
         return Some(PathBuf::from(p));
     }
+    find_binary(&server_name())
+}
+
+fn find_binary(name: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -40,9 +52,7 @@ pub fn versitygw() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("HOME") {
         dirs.push(PathBuf::from(home).join("go/bin"));
     }
-    dirs.into_iter()
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 impl TestServer {
@@ -153,7 +163,12 @@ impl TestServer {
     /// Makes a bucket (versioned or not) and returns `s3://name/prefix`.
     pub fn bucket(&self, name: &str, versioned: bool, prefix: &str) -> S3Location {
         let admin = self.admin();
-        admin.create_bucket(name).unwrap();
+        // A server may listen before it serves (MinIO formats its drives first).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(e) = admin.create_bucket(name) {
+            assert!(Instant::now() < deadline, "creating bucket {name}: {e}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
         if versioned {
             admin.enable_versioning(name).unwrap();
         }
@@ -170,6 +185,24 @@ impl Drop for TestServer {
 }
 
 fn spawn(binary: &Path, port: u16, data: &Path, versions: &Path) -> io::Result<Child> {
+    if server_name() == "minio" {
+        let drives: Vec<PathBuf> = (1..=4).map(|i| data.join(format!("drive{i}"))).collect();
+        for d in &drives {
+            std::fs::create_dir_all(d)?;
+        }
+        return Command::new(binary)
+            .env("MINIO_ROOT_USER", ACCESS_KEY)
+            .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+            .env("MINIO_BROWSER", "off")
+            .arg("server")
+            .arg("--quiet")
+            .arg("--address")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(&drives)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
     Command::new(binary)
         .env("ROOT_ACCESS_KEY", ACCESS_KEY)
         .env("ROOT_SECRET_KEY", SECRET_KEY)

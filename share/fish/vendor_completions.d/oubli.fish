@@ -24,7 +24,7 @@ function __fish_oubli_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c oubli -n "__fish_oubli_needs_command" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_needs_command" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_needs_command" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_needs_command" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_needs_command" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -54,27 +54,27 @@ complete -c oubli -n "__fish_oubli_needs_command" -f -a "help" -d 'Print this me
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l cell-size -d 'Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-memory -d 'Argon2id memory for the password key, in MiB' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-iterations -d 'Argon2id passes for the password key' -r
-complete -c oubli -n "__fish_oubli_using_subcommand init" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand init" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l share -d 'Place the data under this key share (destroying the share erases it)' -r
-complete -c oubli -n "__fish_oubli_using_subcommand put" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand put" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand put" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l snapshot -d 'Read NAME as it was in this snapshot' -r
-complete -c oubli -n "__fish_oubli_using_subcommand get" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand get" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand get" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand rm" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand rm" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -83,7 +83,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand rm" -l purge -d 'Commit at o
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l all-snapshots -d 'Also remove NAME (and its data) from every snapshot that holds it'
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l snapshot -d 'List the names of this snapshot' -r
-complete -c oubli -n "__fish_oubli_using_subcommand ls" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand ls" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -91,7 +91,7 @@ refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -s l -d 'Show size and modification time'
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l json -d 'Print JSON (always with sizes and times)'
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -102,20 +102,20 @@ complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_see
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -f -a "rm" -d 'Remove a snapshot: what only it holds is erased at the next commit'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l expire -d 'Remove the snapshot automatically after this long (e.g. 90m, 12h, 30d, 2w)' -r
-complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -126,7 +126,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_su
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "ls" -d 'List snapshots with the space each holds alone ("unique") and shares'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "rm" -d 'Remove a snapshot: what only it holds is erased at the next commit'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -137,20 +137,20 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_s
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -f -a "destroy" -d 'Destroy a share\'s key: everything ever placed under it becomes unrecoverable, everywhere'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l share-vault -d 'Where the share\'s key is kept: a new file vault, a TPM index or a token (same password as the store)' -r -F
-complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -161,27 +161,27 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "ls" -d 'List the shares, destroyed ones included'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "destroy" -d 'Destroy a share\'s key: everything ever placed under it becomes unrecoverable, everywhere'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c oubli -n "__fish_oubli_using_subcommand redact" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand redact" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l purge -d 'Commit at once, so that the data is unrecoverable when the command returns'
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand commit" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand commit" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand purge" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand purge" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l interval -d 'Seconds between refreshes of --watch' -r
-complete -c oubli -n "__fish_oubli_using_subcommand status" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand status" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -190,22 +190,23 @@ complete -c oubli -n "__fish_oubli_using_subcommand status" -l json -d 'Print JS
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l watch -d 'Refresh every --interval seconds until interrupted (in place on a terminal), with the write rate'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l threshold -d 'Clean segments whose live share is below this fraction' -r
-complete -c oubli -n "__fish_oubli_using_subcommand gc" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand gc" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand gc" -l purge-versions -d 'On a store in a versioned S3 bucket, also delete the old versions the bucket keeps of the store\'s objects (ciphertext under dead keys: only space is at stake)'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-copy -d 'An old copy of the store directory the adversary also holds (backup, snapshot); repeatable' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-vault-copy -d 'An old copy of the vault file the adversary also holds; repeatable' -r -F
-complete -c oubli -n "__fish_oubli_using_subcommand audit" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -226,7 +227,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand serve" -l snapshot-keep -d '
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-interval -d 'Commit at most this many seconds after a change (0: never on time)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-bytes -d 'Commit once this many bytes were written in the epoch (0: never on volume)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-deletions -d 'Commit after this many deletions (trims, overwrites...) in the epoch (0: never on count)' -r
-complete -c oubli -n "__fish_oubli_using_subcommand serve" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand serve" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -234,14 +235,14 @@ refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s o -d 'Mount options, comma-separated (repeatable): allow_other, default_permissions, ro, fsname=NAME, subtype=TYPE, epoch_interval=SECS, epoch_bytes=N, epoch_deletions=N, snapdir=visible|hidden, snapshot_every=DURATION, snapshot_keep=N, and kernel options such as noatime' -r
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l metrics-file -d 'Write the store\'s figures in Prometheus\' text format to PATH at every commit' -r -F
-complete -c oubli -n "__fish_oubli_using_subcommand mount" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand mount" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s f -l foreground -d 'Stay in the foreground (default: detach once the file system is mounted)'
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -251,7 +252,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_s
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -f -a "passwd" -d 'Change the vault password (file vault: in place; TPM or token: by moving to a new vault)'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -f -a "move" -d 'Move the store\'s epoch key to another vault, then destroy the old vault\'s key'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -262,7 +263,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l new-password-file -d 'Read the new password from the first line of FILE [else $OUBLI_NEW_PASSWORD, else asked]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l kdf-memory -d 'Argon2id memory for the new password key, in MiB [default: 64; passwd on a file vault: unchanged]' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l kdf-iterations -d 'Argon2id passes for the new password key [default: 3; passwd on a file vault: unchanged]' -r
-complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -272,7 +273,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l new-password-file -d 'Read the new password from the first line of FILE [else $OUBLI_NEW_PASSWORD, else asked]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l kdf-memory -d 'Argon2id memory for the new password key, in MiB [default: 64; passwd on a file vault: unchanged]' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l kdf-iterations -d 'Argon2id passes for the new password key [default: 3; passwd on a file vault: unchanged]' -r
-complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
@@ -284,13 +285,13 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from help" -f -a "move" -d 'Move the store\'s epoch key to another vault, then destroy the old vault\'s key'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l wait -d 'Seconds to wait for the mount process\'s final commit' -r
-complete -c oubli -n "__fish_oubli_using_subcommand umount" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand umount" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c oubli -n "__fish_oubli_using_subcommand generate" -l store -d 'The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand generate" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'

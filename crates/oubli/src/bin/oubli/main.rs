@@ -46,7 +46,7 @@ deleted data still recoverable; 11 store in use by another process. See docs/CLI
     after_help = AFTER_HELP
 )]
 struct Cli {
-    /// The store directory [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
+    /// The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
     #[arg(long, global = true, env = "OUBLI_STORE", value_name = "PATH")]
     store: Option<PathBuf>,
     /// The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]

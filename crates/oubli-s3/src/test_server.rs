@@ -194,6 +194,8 @@ fn spawn(binary: &Path, port: u16, data: &Path, versions: &Path) -> io::Result<C
             .env("MINIO_ROOT_USER", ACCESS_KEY)
             .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
             .env("MINIO_BROWSER", "off")
+            // The test drives are directories on the root file system.
+            .env("MINIO_CI_CD", "1")
             .arg("server")
             .arg("--quiet")
             .arg("--address")

@@ -67,6 +67,9 @@ pub struct S3Medium {
     /// One sync at a time (appends go on meanwhile).
     syncing: Mutex<()>,
     capacity: u64,
+    /// PUTs this medium sent (runs and superblocks, not lock renewals) and syncs it served.
+    puts: std::sync::atomic::AtomicU64,
+    syncs: std::sync::atomic::AtomicU64,
     /// The writer's lock, when opened with [`S3Medium::open_writer`].
     lock: Option<WriterLock>,
 }
@@ -207,6 +210,8 @@ impl S3Medium {
             syncing: Mutex::new(()),
             capacity: SEGMENT_CAPACITY,
             lock: None,
+            puts: Default::default(),
+            syncs: Default::default(),
         };
         medium.load_segments()?;
         Ok(medium)
@@ -325,6 +330,12 @@ impl S3Medium {
             }
             _ => Ok(()),
         }
+    }
+
+    /// `(PUTs sent, syncs served)` so far: what a flush costs in requests.
+    pub fn requests(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.puts.load(Relaxed), self.syncs.load(Relaxed))
     }
 
     /// Caps segments at `capacity` bytes instead of [`SEGMENT_CAPACITY`].
@@ -456,6 +467,7 @@ impl S3Medium {
         data: Bytes,
         mode: PutMode,
     ) -> Result<Option<String>, object_store::Error> {
+        self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let options = PutOptions {
             mode,
             ..PutOptions::default()
@@ -667,6 +679,8 @@ impl Medium for S3Medium {
 
     fn sync(&self) -> io::Result<()> {
         self.check_lock()?;
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
         let waiting: Vec<SegmentId> = self
             .lock()

@@ -310,3 +310,35 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
         runner.erased.len()
     );
 }
+
+/// Issue 13: what a flush costs on S3, in PUT requests: small writes, each
+/// followed by a flush (an fsync), 200 times; printed, and held to at most
+/// three per flush (one run per segment a flush touches: data, intent log,
+/// log tally).
+#[test]
+fn puts_per_flush_on_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
+        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        return;
+    };
+    let at = server.bucket("puts", false, "");
+    let medium = Arc::new(oubli_s3::S3Medium::open_with(&at, &server.config()).unwrap());
+    let options = harness::options(31);
+    let (store, _vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let oid = store.create_object(b"").unwrap();
+    let before = medium.requests();
+    let flushes = 200u64;
+    for i in 0..flushes {
+        store.write(oid, i * 4096, &[i as u8; 4096]).unwrap();
+        store.flush().unwrap();
+    }
+    let (puts, syncs) = medium.requests();
+    let per_flush = (puts - before.0) as f64 / flushes as f64;
+    println!(
+        "s3: {flushes} flushes of one 4 KiB write: {} PUTs, {} syncs, {per_flush:.2} PUTs per flush",
+        puts - before.0,
+        syncs - before.1
+    );
+    assert!(per_flush <= 3.0, "{per_flush:.2} PUTs per flush");
+}

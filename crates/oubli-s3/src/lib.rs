@@ -54,6 +54,56 @@ pub const RUN_MAX: usize = 16 << 20;
 /// smaller ones free space sooner; runs keep PUTs large regardless).
 pub const SEGMENT_CAPACITY: u64 = 64 << 20;
 
+/// Bytes a sequential reader fetches at once from a run.
+pub const READ_AHEAD: u64 = 4 << 20;
+
+/// How many read-ahead windows are kept: with [`READ_AHEAD`], the cap on
+/// the memory they hold (64 MiB).
+pub const READ_AHEAD_WINDOWS: usize = 16;
+
+/// One piece of a read: `n` bytes at `from` of the run at `run_at` (of
+/// `run_len` bytes), going to `into` in the caller's buffer.
+struct Fetch {
+    run_at: u64,
+    run_len: u64,
+    from: u64,
+    n: usize,
+    into: usize,
+}
+
+/// Windows of runs fetched ahead of a sequential reader; runs never change,
+/// so a window stays right until its segment is deleted.
+#[derive(Default)]
+struct ReadAhead {
+    /// (segment, run offset, window start within the run) and its bytes, newest last.
+    windows: std::collections::VecDeque<((SegmentId, u64, u64), Bytes)>,
+    /// Where the last read of each segment ended.
+    last_end: std::collections::HashMap<SegmentId, u64>,
+}
+
+impl ReadAhead {
+    fn find(&self, id: SegmentId, run_at: u64, from: u64, n: usize) -> Option<&[u8]> {
+        self.windows.iter().rev().find_map(|((s, r, w), bytes)| {
+            let inside = *s == id && *r == run_at && *w <= from;
+            let end = from + n as u64;
+            (inside && end <= w + bytes.len() as u64)
+                .then(|| &bytes[(from - w) as usize..(end - w) as usize])
+        })
+    }
+
+    fn keep(&mut self, id: SegmentId, run_at: u64, from: u64, bytes: Bytes) {
+        if self.windows.len() == READ_AHEAD_WINDOWS {
+            self.windows.pop_front();
+        }
+        self.windows.push_back(((id, run_at, from), bytes));
+    }
+
+    fn forget(&mut self, id: SegmentId) {
+        self.windows.retain(|((s, _, _), _)| *s != id);
+        self.last_end.remove(&id);
+    }
+}
+
 /// How long a writer's lock lasts without renewal before another
 /// process may take the store over.
 pub const LEASE: Duration = Duration::from_secs(30);
@@ -67,6 +117,8 @@ pub struct S3Medium {
     /// One sync at a time (appends go on meanwhile).
     syncing: Mutex<()>,
     capacity: u64,
+    /// Recently fetched read-ahead windows.
+    readahead: Mutex<ReadAhead>,
     /// PUTs this medium sent (runs and superblocks, not lock renewals) and syncs it served.
     puts: std::sync::atomic::AtomicU64,
     syncs: std::sync::atomic::AtomicU64,
@@ -212,6 +264,7 @@ impl S3Medium {
             lock: None,
             puts: Default::default(),
             syncs: Default::default(),
+            readahead: Default::default(),
         };
         medium.load_segments()?;
         Ok(medium)
@@ -623,27 +676,59 @@ impl Medium for S3Medium {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no run"));
                 };
                 let n = (end.min(run_at + run_len) - at) as usize;
-                fetches.push((run_at, at - run_at, (at - offset) as usize, n));
+                fetches.push(Fetch {
+                    run_at,
+                    run_len,
+                    from: at - run_at,
+                    n,
+                    into: (at - offset) as usize,
+                });
                 at += n as u64;
+            }
+        }
+        // Served from the read-ahead windows where possible; a sequential
+        // reader (this read starts where the last one of the segment ended)
+        // fetches a whole window, so a stream costs one GET per window.
+        let mut gets = Vec::new();
+        {
+            let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
+            let sequential = ra.last_end.get(&id) == Some(&offset);
+            ra.last_end.insert(id, end);
+            for f in fetches {
+                if let Some(bytes) = ra.find(id, f.run_at, f.from, f.n) {
+                    buf[f.into..f.into + f.n].copy_from_slice(bytes);
+                    continue;
+                }
+                let to = if sequential {
+                    (f.from + READ_AHEAD)
+                        .max(f.from + f.n as u64)
+                        .min(f.run_len)
+                } else {
+                    f.from + f.n as u64
+                };
+                gets.push((f, to));
             }
         }
         let got = self
             .runtime
-            .block_on(futures::future::try_join_all(fetches.iter().map(
-                |&(run_at, from, _, n)| {
-                    let key = self.run_key(id, run_at);
-                    async move { self.store.get_range(&key, from..from + n as u64).await }
-                },
-            )));
+            .block_on(futures::future::try_join_all(gets.iter().map(|(f, to)| {
+                let key = self.run_key(id, f.run_at);
+                let range = f.from..*to;
+                async move { self.store.get_range(&key, range).await }
+            })));
         let got = got.map_err(|e| self.error(&format!("reading segment {id}"), e))?;
-        for (bytes, &(_, _, at, n)) in got.iter().zip(&fetches) {
-            if bytes.len() != n {
+        let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
+        for (bytes, (f, to)) in got.into_iter().zip(&gets) {
+            if bytes.len() as u64 != to - f.from {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("{}: short read of segment {id}", self.location),
                 ));
             }
-            buf[at..at + n].copy_from_slice(bytes);
+            buf[f.into..f.into + f.n].copy_from_slice(&bytes[..f.n]);
+            if bytes.len() > f.n {
+                ra.keep(id, f.run_at, f.from, bytes);
+            }
         }
         Ok(())
     }
@@ -658,6 +743,10 @@ impl Medium for S3Medium {
 
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
         let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        self.readahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(id);
         let runs: Vec<u64> = match self.lock().segments.get(&id) {
             Some(seg) => seg.runs.keys().copied().collect(),
             None => return Ok(()),

@@ -244,3 +244,52 @@ fn put_raw(srv: &TestServer, at: &oubli_s3::S3Location, key: &str, bytes: &[u8])
     rt.block_on(store.put(&key.into(), bytes.to_vec().into()))
         .unwrap();
 }
+
+#[test]
+fn sequential_reads_are_served_by_read_ahead_windows_and_stay_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("readahead", false, "");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    // 12 MiB in three runs (three syncs), pseudo-random bytes.
+    let mut x = 7u64;
+    let data: Vec<u8> = (0..12 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    for part in data.chunks(4 << 20) {
+        let at = m.segment_len(1).unwrap().unwrap_or(0);
+        m.append(1, at, part).unwrap();
+        m.sync().unwrap();
+    }
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    // A stream of 32 KiB + 16 reads (a cell and its tag), across run boundaries.
+    let unit = 32768 + 16;
+    let mut off = 0usize;
+    while off < data.len() {
+        let n = unit.min(data.len() - off);
+        let mut buf = vec![0u8; n];
+        m.read(1, off as u64, &mut buf).unwrap();
+        assert!(buf == data[off..off + n], "sequential read at {off}");
+        off += n;
+    }
+    // Random reads after it (some inside cached windows, some not).
+    for i in 0..200u64 {
+        let off = (i * 7_654_321) as usize % (data.len() - 5000);
+        let mut buf = vec![0u8; 5000];
+        m.read(1, off as u64, &mut buf).unwrap();
+        assert!(buf == data[off..off + 5000], "random read at {off}");
+    }
+    m.delete_segment(1).unwrap();
+    let mut buf = [0u8; 10];
+    assert!(
+        m.read(1, 0, &mut buf).is_err(),
+        "a deleted segment must not read from cache"
+    );
+}

@@ -360,8 +360,7 @@ fn kill_mid_workload_then_remount_on_s3() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let Some(mut s3_server) = oubli_s3::test_server::TestServer::start(dir) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(mut s3_server) = oubli_s3::test_server::TestServer::start_or_skip(dir) else {
         return;
     };
     fs::create_dir(dir.join("mnt")).unwrap();

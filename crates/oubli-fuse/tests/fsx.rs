@@ -74,8 +74,7 @@ fn fsx_twenty_thousand_operations_on_s3() {
     }
     let Some(fsx) = fsx() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(server) = oubli_s3::test_server::TestServer::start_or_skip(dir.path()) else {
         return;
     };
     let at = server.bucket("fsx", true, "store");

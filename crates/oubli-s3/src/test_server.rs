@@ -118,6 +118,16 @@ impl TestServer {
         self.child.id()
     }
 
+    /// [`start`](Self::start), saying on stderr why the calling test skips
+    /// when there is no server.
+    pub fn start_or_skip(dir: &Path) -> Option<TestServer> {
+        let server = Self::start(dir);
+        if server.is_none() {
+            eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+        }
+        server
+    }
+
     /// Kills the server (kill -9) — what a crash of the cloud side looks like.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

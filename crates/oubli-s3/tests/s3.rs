@@ -6,11 +6,7 @@ use oubli_s3::S3Medium;
 use std::io::ErrorKind;
 
 fn server(dir: &std::path::Path) -> Option<TestServer> {
-    let s = TestServer::start(dir);
-    if s.is_none() {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
-    }
-    s
+    TestServer::start_or_skip(dir)
 }
 
 #[test]

@@ -250,8 +250,7 @@ fn cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done() {
 #[test]
 fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(server) = oubli_s3::test_server::TestServer::start_or_skip(dir.path()) else {
         return;
     };
     let at = server.bucket("adversary", true, "store");
@@ -318,8 +317,7 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
 #[test]
 fn puts_per_flush_on_s3() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(server) = oubli_s3::test_server::TestServer::start(dir.path()) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(server) = oubli_s3::test_server::TestServer::start_or_skip(dir.path()) else {
         return;
     };
     let at = server.bucket("puts", false, "");

@@ -24,8 +24,7 @@ fn oubli(dir: &Path, server: &TestServer, store: &str, state: &str) -> Command {
 #[test]
 fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(server) = TestServer::start(dir.path()) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
         return;
     };
     let at = server.bucket("cli", true, "team/store");
@@ -107,8 +106,7 @@ fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
 #[test]
 fn a_second_writer_elsewhere_is_refused_while_a_mount_holds_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(server) = TestServer::start(dir.path()) else {
-        eprintln!("skipped: versitygw is not installed (scripts/test installs it)");
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
         return;
     };
     let url = server.bucket("busy", false, "").to_string();

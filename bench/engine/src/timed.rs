@@ -146,6 +146,9 @@ impl<M: Medium> Medium for Timed<M> {
             self.inner.write_superblock(slot, data)
         })
     }
+    fn keeps_append_order(&self) -> bool {
+        self.inner.keeps_append_order()
+    }
 }
 
 #[cfg(test)]

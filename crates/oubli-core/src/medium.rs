@@ -75,6 +75,16 @@ pub trait Medium: Send + Sync {
     fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>>;
     /// Replaces a slot's content (at most [`SUPERBLOCK_MAX`] bytes).
     fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()>;
+    /// Whether a power cut can only ever leave the appends made since the
+    /// last sync up to some point, in the order they were made: never a
+    /// later append without every earlier one (the last survivor may be
+    /// torn). On such a medium the engine skips the syncs whose only job is
+    /// ordering — a flush is then one sync, which on object storage is one
+    /// request instead of three. Default `false`: appends between two syncs
+    /// may land in any order.
+    fn keeps_append_order(&self) -> bool {
+        false
+    }
 }
 
 impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
@@ -107,5 +117,8 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
         (**self).write_superblock(slot, data)
+    }
+    fn keeps_append_order(&self) -> bool {
+        (**self).keeps_append_order()
     }
 }

@@ -292,6 +292,10 @@ impl<M: Medium> Medium for FaultMedium<M> {
             }
         }
     }
+
+    fn keeps_append_order(&self) -> bool {
+        self.inner.keeps_append_order()
+    }
 }
 
 #[cfg(test)]

@@ -210,6 +210,8 @@ struct MemInner {
 /// power cut would have left. Cheap to clone and crash (see module docs).
 pub struct MemMedium {
     capacity: u64,
+    /// Declares [`Medium::keeps_append_order`] (see [`MemMedium::in_order`]).
+    in_order: bool,
     inner: Mutex<MemInner>,
 }
 
@@ -250,6 +252,7 @@ impl MemMedium {
     fn from_states(capacity: u64, durable: MemState, current: MemState, pending: Vec<Op>) -> Self {
         MemMedium {
             capacity,
+            in_order: false,
             inner: Mutex::new(MemInner {
                 durable,
                 current,
@@ -276,6 +279,17 @@ impl MemMedium {
         Self::from_states(capacity, durable, current, pending)
     }
 
+    /// This medium, declaring that a power cut keeps appends in order (as
+    /// object storage does, where a sync is one atomic request): crash it
+    /// only with the tear modes that keep a prefix of the pending writes
+    /// (`DropUnsynced`, `KeepAll`, `KeepPrefix`, `Torn`, `TornAt`), so that
+    /// the engine's shortened flush is tested against what such a medium
+    /// can really leave.
+    pub fn in_order(mut self) -> Self {
+        self.in_order = true;
+        self
+    }
+
     fn lock(&self) -> MutexGuard<'_, MemInner> {
         // A panic while holding the lock cannot leave the state half-updated
         // in a way that matters to a test, so poisoning is ignored.
@@ -293,18 +307,29 @@ impl MemMedium {
     /// copy can later be crashed exactly like the original).
     pub fn clone_state(&self) -> MemMedium {
         let inner = self.lock();
-        Self::from_states(
+        let mut copy = Self::from_states(
             self.capacity,
             inner.durable.clone(),
             inner.current.clone(),
             inner.pending.clone(),
-        )
+        );
+        copy.in_order = self.in_order;
+        copy
     }
 
     /// A new medium holding what a power cut at this instant would leave,
     /// according to `tear`, with every random choice drawn from `seed`. The
     /// result has no unsynced writes; `self` is unchanged.
+    ///
+    /// # Panics
+    /// On an [`in_order`](Self::in_order) medium with a tear mode that
+    /// reorders writes (`RandomSubset`, `Chaos`): such a medium cannot
+    /// leave that, and a test that asks for it tests nothing real.
     pub fn crash(&self, tear: TearMode, seed: u64) -> MemMedium {
+        assert!(
+            !(self.in_order && matches!(tear, TearMode::RandomSubset | TearMode::Chaos)),
+            "an in-order medium never reorders writes: {tear:?} is not a cut it can suffer"
+        );
         let inner = self.lock();
         let mut state = inner.durable.clone();
         let pending = &inner.pending;
@@ -331,7 +356,9 @@ impl MemMedium {
             TearMode::RandomSubset => random_subset(&mut state, pending, false, &mut rng),
             TearMode::Chaos => random_subset(&mut state, pending, true, &mut rng),
         }
-        Self::from_states(self.capacity, state.clone(), state, Vec::new())
+        let mut crashed = Self::from_states(self.capacity, state.clone(), state, Vec::new());
+        crashed.in_order = self.in_order;
+        crashed
     }
 }
 
@@ -376,6 +403,10 @@ impl Medium for MemMedium {
 
     fn segment_capacity(&self) -> u64 {
         self.capacity
+    }
+
+    fn keeps_append_order(&self) -> bool {
+        self.in_order
     }
 
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {

@@ -97,7 +97,12 @@ impl<M: Medium> RecordingMedium<M> {
     pub fn state_at(&self, n: usize) -> MemMedium {
         let log = self.lock();
         let n = n.min(log.len());
-        MemMedium::from_ops(self.inner.segment_capacity(), &log[..n])
+        let state = MemMedium::from_ops(self.inner.segment_capacity(), &log[..n]);
+        if self.inner.keeps_append_order() {
+            state.in_order()
+        } else {
+            state
+        }
     }
 
     /// Sum of all payload bytes ever written (appends and superblocks).
@@ -166,6 +171,10 @@ impl<M: Medium> Medium for RecordingMedium<M> {
             data: data.clone(),
         };
         self.record(op, |m| m.write_superblock(slot, &data))
+    }
+
+    fn keeps_append_order(&self) -> bool {
+        self.inner.keeps_append_order()
     }
 }
 

@@ -279,6 +279,41 @@ fn what_was_synced_is_there_after_reopening() {
     }
 }
 
+/// Segments made durable by the same sync (on S3: one object) stay
+/// independent: one deleted after it is gone after a reopen, the other
+/// intact; the deleted one's bytes never come back.
+#[test]
+fn a_segment_deleted_after_a_shared_sync_stays_deleted_after_reopening() {
+    for s in subjects() {
+        let Some(reopen) = s.reopen else { continue };
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let m = (s.make)(dir.path());
+            m.append(3, 0, b"three").unwrap();
+            m.append(5, 0, b"five").unwrap();
+            m.append(3, 5, b"+3").unwrap();
+            m.sync().unwrap();
+            m.append(5, 4, b"+5").unwrap();
+            m.append(7, 0, b"seven").unwrap();
+            m.sync().unwrap();
+            m.delete_segment(3).unwrap();
+            m.sync().unwrap();
+        }
+        let m = reopen(dir.path());
+        assert_eq!(m.list_segments().unwrap(), vec![5, 7], "{}", s.name);
+        assert_eq!(read(&*m, 5, 0, 6), b"five+5", "{}", s.name);
+        assert_eq!(read(&*m, 7, 0, 5), b"seven", "{}", s.name);
+        m.delete_segment(5).unwrap();
+        m.delete_segment(7).unwrap();
+        m.sync().unwrap();
+        drop(m);
+        let m = reopen(dir.path());
+        assert!(m.list_segments().unwrap().is_empty(), "{}", s.name);
+        drop(m);
+        stop_s3_server(dir.path());
+    }
+}
+
 #[test]
 fn concurrent_appends_to_different_segments_and_reads() {
     each(|_, m, _| {

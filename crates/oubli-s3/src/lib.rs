@@ -4,11 +4,22 @@
 //! every object forever. The mapping (docs/FORMAT-media.md, "S3"):
 //!
 //! * A segment is a sequence of **runs**: the bytes appended to it between
-//!   two syncs, uploaded once as the object `PREFIX/seg/{id:08x}/{offset:016x}`
-//!   with `If-None-Match: *` and never written again. Reads are ranged GETs.
-//!   Appends wait in memory until `sync` (or until a segment has
-//!   [`RUN_MAX`] bytes waiting, which are uploaded at once), so the memory
-//!   held is at most `RUN_MAX` per segment being written.
+//!   two syncs, uploaded once with `If-None-Match: *` and never written
+//!   again — as the object `PREFIX/seg/{id:08x}/{offset:016x}` when the
+//!   sync carries one segment, as a piece of one **pack** object when it
+//!   carries several (its name lists the pieces: [`layout`]). Reads are
+//!   ranged GETs. Appends wait in memory until `sync` (or until
+//!   [`RUN_MAX`] bytes wait in all, which are then uploaded as a sync
+//!   would), so at most `RUN_MAX` bytes wait at any time.
+//! * **Appends land in order** ([`Medium::keeps_append_order`]): a sync
+//!   uploads what waits in the order it was appended, as few PUTs as
+//!   possible (one per [`layout::PACK_PIECES`] segments), one after the
+//!   other, and each PUT is atomic; so a crash leaves every append up to
+//!   some point and nothing later. The engine then flushes with one sync:
+//!   data, intent-log frame and tally in one PUT.
+//! * A segment deleted while a pack still holds a live piece of another
+//!   segment leaves a tombstone `PREFIX/gone/{id:08x}` (a listing would
+//!   otherwise bring it back) until the last such pack is deleted.
 //! * Both superblock slots live in one object, `PREFIX/superblocks` (a PUT
 //!   is atomic, so writing one slot cannot tear the other), written with
 //!   `If-Match` on the ETag this process first read or last wrote (or
@@ -32,22 +43,25 @@
 
 mod admin;
 mod config;
+pub mod layout;
 pub mod test_server;
 
 pub use admin::{Admin, ObjectVersion};
 pub use config::{S3Config, S3Location};
 
 use bytes::Bytes;
+use layout::{Object, Piece, PACK_PIECES};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Bytes waiting for one segment before they are uploaded without a sync.
+/// Bytes waiting (all segments together) before they are uploaded without
+/// waiting for a sync.
 pub const RUN_MAX: usize = 16 << 20;
 
 /// Largest segment the engine may write (the engine cleans whole segments:
@@ -62,10 +76,13 @@ pub const READ_AHEAD: u64 = 4 << 20;
 pub const READ_AHEAD_WINDOWS: usize = 16;
 
 /// One piece of a read: `n` bytes at `from` of the run at `run_at` (of
-/// `run_len` bytes), going to `into` in the caller's buffer.
+/// `run_len` bytes, stored in `object` from byte `base`), going to `into`
+/// in the caller's buffer.
 struct Fetch {
     run_at: u64,
     run_len: u64,
+    object: ObjectPath,
+    base: u64,
     from: u64,
     n: usize,
     into: usize,
@@ -148,28 +165,55 @@ struct State {
     /// The superblocks object as this process first read or last wrote it;
     /// `None` until looked at.
     head: Option<Head>,
+    /// Appends not yet uploaded, in the order they were made: (segment,
+    /// its end after the append), consecutive appends to one segment merged.
+    order: Vec<(SegmentId, u64)>,
+    /// Bytes waiting in all segments.
+    waiting_bytes: usize,
+    /// Every pack object (name relative to the prefix) and its pieces.
+    packs: HashMap<Arc<str>, Vec<Piece>>,
+    /// The packs holding a piece of each segment, live or gone.
+    pack_refs: HashMap<SegmentId, BTreeSet<Arc<str>>>,
+    /// Deleted segments with a tombstone (a pack still holds a piece of them).
+    gone: BTreeSet<SegmentId>,
+    /// The superblocks object is known to announce layout 2 (or not to
+    /// exist yet): packs may be written.
+    layout_2: bool,
+    /// Run objects of gone segments found at open (a deletion cut short).
+    stale_runs: Vec<ObjectPath>,
 }
 
-/// The superblocks object: its ETag (`None`: it does not exist) and slots.
+/// The superblocks object: its ETag (`None`: it does not exist), the
+/// layout it announces, and the slots.
 #[derive(Clone, Default)]
 struct Head {
     etag: Option<String>,
+    layout: u8,
     slots: [Option<Vec<u8>>; 2],
 }
 
-const HEAD_MAGIC: &[u8; 8] = b"OUBLIS3\0";
+/// The superblocks object starts with this, then one byte: the layout of
+/// the store's objects.
+const HEAD_MAGIC: &[u8; 7] = b"OUBLIS3";
+/// Layout 1: runs only (written as byte 0 by the first versions).
+const LAYOUT_1: u8 = 0;
+/// Layout 2: runs, packs and tombstones. Older versions refuse it (they
+/// would not see the packs): they find the superblocks malformed.
+const LAYOUT_2: u8 = 2;
 
 /// The two slots held by one version of the superblocks object (`None`:
 /// not an oubli superblocks object): what an adversary holding old
 /// versions gets from each.
 pub fn decode_superblocks(bytes: &[u8]) -> Option<[Option<Vec<u8>>; 2]> {
-    Head::decode(bytes)
+    Head::decode(bytes).map(|(_, slots)| slots)
 }
 
 impl Head {
-    /// `magic, then per slot: u32 length (u32::MAX: never written), bytes`.
+    /// `magic, layout byte, then per slot: u32 length (u32::MAX: never
+    /// written), bytes`. Always written as layout 2.
     fn encode(&self) -> Vec<u8> {
         let mut out = HEAD_MAGIC.to_vec();
+        out.push(LAYOUT_2);
         for slot in &self.slots {
             match slot {
                 Some(b) => {
@@ -182,8 +226,9 @@ impl Head {
         out
     }
 
-    fn decode(bytes: &[u8]) -> Option<[Option<Vec<u8>>; 2]> {
-        let mut rest = bytes.strip_prefix(HEAD_MAGIC)?;
+    /// The layout byte and the slots.
+    fn decode(bytes: &[u8]) -> Option<(u8, [Option<Vec<u8>>; 2])> {
+        let (&layout, mut rest) = bytes.strip_prefix(HEAD_MAGIC)?.split_first()?;
         let mut slots: [Option<Vec<u8>>; 2] = [None, None];
         for slot in &mut slots {
             let (len, tail) = rest.split_first_chunk::<4>()?;
@@ -198,14 +243,24 @@ impl Head {
                 rest = &rest[len..];
             }
         }
-        rest.is_empty().then_some(slots)
+        rest.is_empty().then_some((layout, slots))
     }
+}
+
+/// Where an uploaded run's bytes are: `len` bytes of `object` from `base`.
+struct Run {
+    len: u64,
+    object: ObjectPath,
+    base: u64,
 }
 
 #[derive(Default)]
 struct Segment {
-    /// Uploaded runs: offset -> length, contiguous from 0.
-    runs: BTreeMap<u64, u64>,
+    /// Uploaded runs by segment offset, contiguous from 0.
+    runs: BTreeMap<u64, Run>,
+    /// Offsets of this segment's own run objects on the server (all of
+    /// them, even any past a gap): what deleting it deletes.
+    own: BTreeSet<u64>,
     /// A run being uploaded: its offset and bytes (readable meanwhile).
     uploading: Option<(u64, Bytes)>,
     /// Appended, not yet uploaded: starts at `waiting_at`.
@@ -284,8 +339,9 @@ impl S3Medium {
         let mut medium = Self::open_with(location, config)?;
         medium.take_lock(lease)?;
         // Listed again under the lock: a previous holder may have written since.
-        medium.lock().segments.clear();
+        *medium.lock() = State::default();
         medium.load_segments()?;
+        medium.tidy();
         Ok(medium)
     }
 
@@ -401,8 +457,15 @@ impl S3Medium {
         ObjectPath::from(format!("{}{rest}", self.location.prefix))
     }
 
-    fn run_key(&self, id: SegmentId, offset: u64) -> ObjectPath {
-        self.key(&format!("seg/{id:08x}/{offset:016x}"))
+    /// An object's name relative to the store's prefix (`None`: not under it).
+    fn relative<'a>(&self, location: &'a ObjectPath) -> Option<&'a str> {
+        let prefix = self.key("");
+        let rest = location.as_ref().strip_prefix(prefix.as_ref())?;
+        Some(if prefix.as_ref().is_empty() {
+            rest
+        } else {
+            rest.strip_prefix('/')?
+        })
     }
 
     fn head_key(&self) -> ObjectPath {
@@ -429,14 +492,24 @@ impl S3Medium {
                 self.location
             ))),
             Some((bytes, Some(etag))) => {
-                let slots = Head::decode(&bytes).ok_or_else(|| {
+                let (layout, slots) = Head::decode(&bytes).ok_or_else(|| {
                     io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!("{}: the superblocks object is malformed", self.location),
                     )
                 })?;
+                if layout != LAYOUT_1 && layout != LAYOUT_2 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: the store was written by a newer oubli (S3 layout {layout}; this one reads layouts 1 and 2)",
+                            self.location
+                        ),
+                    ));
+                }
                 Ok(Head {
                     etag: Some(etag),
+                    layout,
                     slots,
                 })
             }
@@ -447,58 +520,199 @@ impl S3Medium {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists the run objects and rebuilds each segment's runs. Runs after
-    /// a gap (impossible unless the bucket was tampered with) are ignored.
+    /// Lists the run, pack and tombstone objects and rebuilds each
+    /// segment's runs: from byte 0, each next run is the listed piece that
+    /// reaches furthest among those covering the segment's end so far (a
+    /// PUT whose answer was lost and that was retried with more bytes left
+    /// two objects starting at the same offset: the longer one wins; their
+    /// common bytes are equal). Bytes after a gap (impossible unless the
+    /// bucket was tampered with) are ignored.
     fn load_segments(&self) -> io::Result<()> {
-        let prefix = self.key("seg/");
-        let metas: Vec<object_store::ObjectMeta> = self
-            .runtime
-            .block_on(async {
+        let list = |dir: &'static str| {
+            let prefix = self.key(dir);
+            async move {
                 use futures::TryStreamExt;
-                self.store.list(Some(&prefix)).try_collect().await
-            })
-            .map_err(|e| self.error("listing the segments", e))?;
-        let mut found: BTreeMap<SegmentId, BTreeMap<u64, u64>> = BTreeMap::new();
-        for meta in metas {
-            let name = meta.location.as_ref();
-            let Some(rest) = name
-                .strip_prefix(prefix.as_ref())
-                .map(|r| r.trim_start_matches('/'))
-            else {
-                continue;
-            };
-            let Some((id, offset)) = rest.split_once('/') else {
-                continue;
-            };
-            let (Ok(id), Ok(offset)) = (
-                SegmentId::from_str_radix(id, 16),
-                u64::from_str_radix(offset, 16),
-            ) else {
-                continue;
-            };
-            found.entry(id).or_default().insert(offset, meta.size);
-        }
-        let mut state = self.lock();
-        for (id, runs) in found {
-            let mut contiguous = BTreeMap::new();
-            let mut end = 0;
-            for (offset, len) in runs {
-                if offset != end {
-                    break;
-                }
-                contiguous.insert(offset, len);
-                end += len;
+                self.store
+                    .list(Some(&prefix))
+                    .try_collect::<Vec<object_store::ObjectMeta>>()
+                    .await
             }
-            state.segments.insert(
-                id,
-                Segment {
-                    runs: contiguous,
-                    waiting_at: end,
-                    ..Segment::default()
-                },
-            );
+        };
+        let (runs, packs, gone) = self
+            .runtime
+            .block_on(async { futures::try_join!(list("seg/"), list("pack/"), list("gone/")) })
+            .map_err(|e| self.error("listing the segments", e))?;
+        // Per segment: (offset, length, object, base) of every piece listed.
+        let mut pieces: BTreeMap<SegmentId, Vec<(u64, u64, ObjectPath, u64)>> = BTreeMap::new();
+        let mut own: BTreeMap<SegmentId, BTreeSet<u64>> = BTreeMap::new();
+        let mut state = self.lock();
+        let state = &mut *state;
+        for meta in runs.iter().chain(&packs).chain(&gone) {
+            let Some(name) = self.relative(&meta.location) else {
+                continue;
+            };
+            match layout::parse(name) {
+                Object::Run { id, offset } => {
+                    own.entry(id).or_default().insert(offset);
+                    pieces.entry(id).or_default().push((
+                        offset,
+                        meta.size,
+                        meta.location.clone(),
+                        0,
+                    ));
+                }
+                Object::Pack(listed) => {
+                    let name: Arc<str> = name.into();
+                    let mut base = 0;
+                    for p in &listed {
+                        pieces.entry(p.id).or_default().push((
+                            p.offset,
+                            p.len,
+                            meta.location.clone(),
+                            base,
+                        ));
+                        state
+                            .pack_refs
+                            .entry(p.id)
+                            .or_default()
+                            .insert(name.clone());
+                        base += p.len;
+                    }
+                    if base != meta.size {
+                        // Not what this layout writes: ignore the pack.
+                        for p in &listed {
+                            if let Some(v) = pieces.get_mut(&p.id) {
+                                v.retain(|(_, _, o, _)| *o != meta.location);
+                            }
+                        }
+                        continue;
+                    }
+                    state.packs.insert(name, listed);
+                }
+                Object::Gone(id) => {
+                    state.gone.insert(id);
+                }
+                Object::Other => {}
+            }
+        }
+        for (id, offsets) in &own {
+            if state.gone.contains(id) {
+                let runs = offsets
+                    .iter()
+                    .map(|&at| self.key(&layout::run_name(*id, at)));
+                state.stale_runs.extend(runs);
+            }
+        }
+        for (id, mut listed) in pieces {
+            if state.gone.contains(&id) {
+                continue;
+            }
+            listed.sort_by_key(|&(offset, ..)| offset);
+            let mut seg = Segment {
+                own: own.remove(&id).unwrap_or_default(),
+                ..Segment::default()
+            };
+            let mut end = 0;
+            let mut next = 0;
+            loop {
+                let mut best: Option<&(u64, u64, ObjectPath, u64)> = None;
+                while next < listed.len() && listed[next].0 <= end {
+                    let candidate = &listed[next];
+                    let reach = candidate.0 + candidate.1;
+                    if reach > end && best.is_none_or(|b| reach > b.0 + b.1) {
+                        best = Some(candidate);
+                    }
+                    next += 1;
+                }
+                let Some((offset, len, object, base)) = best else {
+                    break;
+                };
+                seg.runs.insert(
+                    end,
+                    Run {
+                        len: offset + len - end,
+                        object: object.clone(),
+                        base: base + (end - offset),
+                    },
+                );
+                end = offset + len;
+            }
+            seg.waiting_at = end;
+            state.segments.insert(id, seg);
         }
         Ok(())
+    }
+
+    /// A writer's tidying at open: deletes what a crash in the middle of a
+    /// segment deletion left (packs whose every segment is gone, run
+    /// objects of gone segments, then tombstones no pack needs any more).
+    /// Best effort: what fails stays for the next opening.
+    fn tidy(&self) {
+        let (packs, mut doomed) = {
+            let mut state = self.lock();
+            let packs: Vec<Arc<str>> = state
+                .packs
+                .iter()
+                .filter(|(_, pieces)| pieces.iter().all(|p| !state.segments.contains_key(&p.id)))
+                .map(|(name, _)| name.clone())
+                .collect();
+            (packs, std::mem::take(&mut state.stale_runs))
+        };
+        doomed.extend(packs.iter().map(|n| self.key(n)));
+        if self.delete_objects(doomed).is_ok() {
+            self.forget_packs(&packs);
+            let _ = self.delete_objects(self.unneeded_tombstones());
+        }
+    }
+    /// Deletes objects, many at once; one already gone is no error.
+    fn delete_objects(&self, keys: Vec<ObjectPath>) -> Result<(), object_store::Error> {
+        self.runtime
+            .block_on(futures::future::try_join_all(keys.iter().map(
+                |k| async move {
+                    match self.store.delete(k).await {
+                        Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        other => other,
+                    }
+                },
+            )))
+            .map(|_| ())
+    }
+
+    /// Forgets deleted packs.
+    fn forget_packs(&self, deleted: &[Arc<str>]) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        for name in deleted {
+            for p in state.packs.remove(name).unwrap_or_default() {
+                if let Some(refs) = state.pack_refs.get_mut(&p.id) {
+                    refs.remove(name);
+                    if refs.is_empty() {
+                        state.pack_refs.remove(&p.id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tombstones of gone segments no pack holds a piece of any more,
+    /// forgotten: to delete after those packs, never before (a tombstone
+    /// deleted first would let a listing bring its segment back).
+    fn unneeded_tombstones(&self) -> Vec<ObjectPath> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let unneeded: Vec<SegmentId> = state
+            .gone
+            .iter()
+            .copied()
+            .filter(|id| !state.pack_refs.contains_key(id))
+            .collect();
+        unneeded
+            .into_iter()
+            .map(|id| {
+                state.gone.remove(&id);
+                self.key(&layout::gone_name(id))
+            })
+            .collect()
     }
 
     fn error(&self, what: &str, e: object_store::Error) -> io::Error {
@@ -549,46 +763,254 @@ impl S3Medium {
         }
     }
 
-    /// Uploads what segment `id` has waiting as one run.
-    fn upload_waiting(&self, id: SegmentId) -> io::Result<()> {
-        let (offset, bytes) = {
+    /// Uploads everything waiting, in the order it was appended: as few
+    /// PUTs as the pack width allows, one after the other, so that what a
+    /// crash leaves is every append up to some point. On failure what was
+    /// not uploaded waits again, in front of anything appended since.
+    /// Callers hold `syncing`.
+    fn upload_waiting(&self) -> io::Result<()> {
+        let (order, taken) = {
             let mut state = self.lock();
-            let Some(seg) = state.segments.get_mut(&id) else {
-                return Ok(());
-            };
-            if seg.waiting.is_empty() {
-                return Ok(());
+            let state = &mut *state;
+            let order = std::mem::take(&mut state.order);
+            state.waiting_bytes = 0;
+            let mut taken = BTreeMap::new();
+            for (&id, seg) in state.segments.iter_mut() {
+                if seg.waiting.is_empty() {
+                    continue;
+                }
+                let bytes = Bytes::from(std::mem::take(&mut seg.waiting));
+                let at = seg.waiting_at;
+                seg.waiting_at += bytes.len() as u64;
+                seg.uploading = Some((at, bytes.clone()));
+                taken.insert(id, (at, bytes));
             }
-            let bytes = Bytes::from(std::mem::take(&mut seg.waiting));
-            let offset = seg.waiting_at;
-            seg.waiting_at += bytes.len() as u64;
-            seg.uploading = Some((offset, bytes.clone()));
-            (offset, bytes)
+            (order, taken)
         };
-        let key = self.run_key(id, offset);
-        let result = self
-            .runtime
-            .block_on(self.put(&key, bytes.clone(), PutMode::Create));
-        let mut state = self.lock();
-        let Some(seg) = state.segments.get_mut(&id) else {
+        if taken.is_empty() {
             return Ok(());
-        };
-        seg.uploading = None;
-        match result {
-            Ok(_) => {
-                seg.runs.insert(offset, bytes.len() as u64);
-                Ok(())
+        }
+        let uploads = plan_uploads(&order, &taken);
+        let mut sent = 0;
+        let mut result = Ok(());
+        for pieces in &uploads {
+            if let Err(e) = self.upload(pieces, &taken) {
+                result = Err(e);
+                break;
             }
-            Err(e) => {
-                // Back in front of what was appended since: retried at the next sync.
-                let mut again = bytes.to_vec();
-                again.extend_from_slice(&seg.waiting);
-                seg.waiting = again;
-                seg.waiting_at = offset;
-                Err(self.error(&format!("writing segment {id} at {offset}"), e))
+            sent += 1;
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        for id in taken.keys() {
+            if let Some(seg) = state.segments.get_mut(id) {
+                seg.uploading = None;
             }
         }
+        if result.is_err() {
+            let mut unsent: BTreeMap<SegmentId, u64> = BTreeMap::new();
+            let mut order_again = Vec::new();
+            for p in uploads[sent..].iter().flatten() {
+                unsent.entry(p.id).or_insert(p.offset);
+                order_again.push((p.id, p.offset + p.len));
+            }
+            for (id, from) in unsent {
+                let Some(seg) = state.segments.get_mut(&id) else {
+                    continue;
+                };
+                let (at, bytes) = &taken[&id];
+                let mut again = bytes[(from - at) as usize..].to_vec();
+                state.waiting_bytes += again.len();
+                again.extend_from_slice(&seg.waiting);
+                seg.waiting = again;
+                seg.waiting_at = from;
+            }
+            order_again.append(&mut state.order);
+            state.order = order_again;
+        }
+        result
     }
+
+    /// One PUT: a run when it carries one segment, a pack otherwise.
+    fn upload(
+        &self,
+        pieces: &[Piece],
+        taken: &BTreeMap<SegmentId, (u64, Bytes)>,
+    ) -> io::Result<()> {
+        let bytes_of = |p: &Piece| {
+            let (at, bytes) = &taken[&p.id];
+            let from = (p.offset - at) as usize;
+            bytes.slice(from..from + p.len as usize)
+        };
+        let what = || {
+            let listed: Vec<String> = pieces
+                .iter()
+                .map(|p| format!("segment {} at {}", p.id, p.offset))
+                .collect();
+            format!("writing {}", listed.join(", "))
+        };
+        if let [p] = pieces {
+            let object = self.key(&layout::run_name(p.id, p.offset));
+            self.runtime
+                .block_on(self.put(&object, bytes_of(p), PutMode::Create))
+                .map_err(|e| self.error(&what(), e))?;
+            if let Some(seg) = self.lock().segments.get_mut(&p.id) {
+                seg.own.insert(p.offset);
+                seg.runs.insert(
+                    p.offset,
+                    Run {
+                        len: p.len,
+                        object,
+                        base: 0,
+                    },
+                );
+            }
+            return Ok(());
+        }
+        self.announce_layout_2()?;
+        let name: Arc<str> = layout::pack_name(pieces).into();
+        let object = self.key(&name);
+        let mut body = Vec::with_capacity(pieces.iter().map(|p| p.len as usize).sum());
+        for p in pieces {
+            body.extend_from_slice(&bytes_of(p));
+        }
+        self.runtime
+            .block_on(self.put(&object, Bytes::from(body), PutMode::Create))
+            .map_err(|e| self.error(&what(), e))?;
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut base = 0;
+        for p in pieces {
+            if let Some(seg) = state.segments.get_mut(&p.id) {
+                seg.runs.insert(
+                    p.offset,
+                    Run {
+                        len: p.len,
+                        object: object.clone(),
+                        base,
+                    },
+                );
+            }
+            state
+                .pack_refs
+                .entry(p.id)
+                .or_default()
+                .insert(name.clone());
+            base += p.len;
+        }
+        state.packs.insert(name, pieces.to_vec());
+        Ok(())
+    }
+
+    /// Makes sure the superblocks object announces layout 2 before the
+    /// first pack is written, so that a version that knows only runs
+    /// refuses the store instead of missing the packed bytes.
+    fn announce_layout_2(&self) -> io::Result<()> {
+        if self.lock().layout_2 {
+            return Ok(());
+        }
+        if self.lock().head.is_none() {
+            self.read_superblock(Slot::A)?;
+        }
+        let head = self.lock().head.clone().expect("just read");
+        if head.etag.is_some() && head.layout != LAYOUT_2 {
+            self.put_head(head)?;
+        }
+        self.lock().layout_2 = true;
+        Ok(())
+    }
+
+    /// Writes `next` (slots as they should be) over the superblocks object
+    /// this process last saw, conditionally: fenced against any other writer.
+    fn put_head(&self, mut next: Head) -> io::Result<()> {
+        let mode = match next.etag.take() {
+            None => PutMode::Create,
+            Some(e_tag) => PutMode::Update(UpdateVersion {
+                e_tag: Some(e_tag),
+                version: None,
+            }),
+        };
+        let key = self.head_key();
+        let result = self
+            .runtime
+            .block_on(self.put(&key, Bytes::from(next.encode()), mode));
+        match result {
+            Ok(etag) => {
+                next.etag = match etag {
+                    Some(e) => Some(e),
+                    None => self.fetch_head()?.etag,
+                };
+                next.layout = LAYOUT_2;
+                self.lock().head = Some(next);
+                Ok(())
+            }
+            Err(
+                e @ (object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }),
+            ) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{}: the superblocks were written by another process since this one read them: the store is in use elsewhere ({e})",
+                    self.location
+                ),
+            )),
+            Err(e) => Err(self.error("writing the superblocks", e)),
+        }
+    }
+}
+
+/// Splits the appends waiting (in `order`) into uploads, in order: each
+/// carries at most [`PACK_PIECES`] segments, and one segment's bytes in one
+/// upload are contiguous. Within one upload order does not matter (a PUT
+/// is atomic); between uploads it is kept (they are sent one after the
+/// other).
+fn plan_uploads(
+    order: &[(SegmentId, u64)],
+    taken: &BTreeMap<SegmentId, (u64, Bytes)>,
+) -> Vec<Vec<Piece>> {
+    let mut cursor: BTreeMap<SegmentId, u64> =
+        taken.iter().map(|(&id, (at, _))| (id, *at)).collect();
+    let mut uploads = Vec::new();
+    let mut current: BTreeMap<SegmentId, u64> = BTreeMap::new();
+    let close = |current: &mut BTreeMap<SegmentId, u64>,
+                 cursor: &mut BTreeMap<SegmentId, u64>,
+                 uploads: &mut Vec<Vec<Piece>>| {
+        let pieces: Vec<Piece> = current
+            .iter()
+            .filter_map(|(&id, &end)| {
+                let from = cursor.insert(id, end)?;
+                (end > from).then_some(Piece {
+                    id,
+                    offset: from,
+                    len: end - from,
+                })
+            })
+            .collect();
+        if !pieces.is_empty() {
+            uploads.push(pieces);
+        }
+        current.clear();
+    };
+    // Every segment's whole waiting range comes last, in case the order
+    // missed an append (it cannot; a no-op then).
+    let ends = taken
+        .iter()
+        .map(|(&id, (at, bytes))| (id, at + bytes.len() as u64));
+    for (id, end) in order.iter().copied().chain(ends) {
+        let Some(&from) = cursor.get(&id) else {
+            continue;
+        };
+        if end <= from && !current.contains_key(&id) {
+            continue;
+        }
+        if !current.contains_key(&id) && current.len() == PACK_PIECES {
+            close(&mut current, &mut cursor, &mut uploads);
+        }
+        let e = current.entry(id).or_insert(end);
+        *e = (*e).max(end);
+    }
+    close(&mut current, &mut cursor, &mut uploads);
+    uploads
 }
 
 impl Medium for S3Medium {
@@ -600,10 +1022,15 @@ impl Medium for S3Medium {
         self.capacity
     }
 
+    fn keeps_append_order(&self) -> bool {
+        true
+    }
+
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
         self.check_lock()?;
         let full = {
             let mut state = self.lock();
+            let state = &mut *state;
             if offset != 0 && !state.segments.contains_key(&id) {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
@@ -627,11 +1054,20 @@ impl Medium for S3Medium {
                 ));
             }
             seg.waiting.extend_from_slice(data);
-            seg.waiting.len() >= RUN_MAX
+            let end = offset + data.len() as u64;
+            match state.order.last_mut() {
+                Some((last, last_end)) if *last == id => *last_end = end,
+                _ => state.order.push((id, end)),
+            }
+            state.waiting_bytes += data.len();
+            state.waiting_bytes >= RUN_MAX
         };
         if full {
+            // Uploaded as a sync would, everything in order: an early
+            // upload of one segment alone could land before earlier
+            // appends to another.
             let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
-            self.upload_waiting(id)?;
+            self.upload_waiting()?;
         }
         Ok(())
     }
@@ -672,13 +1108,16 @@ impl Medium for S3Medium {
                         continue;
                     }
                 }
-                let Some((&run_at, &run_len)) = seg.runs.range(..=at).next_back() else {
+                let Some((&run_at, run)) = seg.runs.range(..=at).next_back() else {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no run"));
                 };
+                let run_len = run.len;
                 let n = (end.min(run_at + run_len) - at) as usize;
                 fetches.push(Fetch {
                     run_at,
                     run_len,
+                    object: run.object.clone(),
+                    base: run.base,
                     from: at - run_at,
                     n,
                     into: (at - offset) as usize,
@@ -712,9 +1151,8 @@ impl Medium for S3Medium {
         let got = self
             .runtime
             .block_on(futures::future::try_join_all(gets.iter().map(|(f, to)| {
-                let key = self.run_key(id, f.run_at);
-                let range = f.from..*to;
-                async move { self.store.get_range(&key, range).await }
+                let range = f.base + f.from..f.base + to;
+                async move { self.store.get_range(&f.object, range).await }
             })));
         let got = got.map_err(|e| self.error(&format!("reading segment {id}"), e))?;
         let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
@@ -747,23 +1185,56 @@ impl Medium for S3Medium {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget(id);
-        let runs: Vec<u64> = match self.lock().segments.get(&id) {
-            Some(seg) => seg.runs.keys().copied().collect(),
-            None => return Ok(()),
+        // Its own runs go; a pack goes with its last live segment. A pack
+        // that stays would list this segment again at the next opening:
+        // a tombstone, written first, keeps it deleted.
+        let (runs, dying, tombstone) = {
+            let state = self.lock();
+            let Some(seg) = state.segments.get(&id) else {
+                return Ok(());
+            };
+            let runs: Vec<ObjectPath> = seg
+                .own
+                .iter()
+                .map(|&at| self.key(&layout::run_name(id, at)))
+                .collect();
+            let (mut dying, mut staying) = (Vec::new(), false);
+            for name in state.pack_refs.get(&id).into_iter().flatten() {
+                let others_live = state.packs.get(name).is_some_and(|pieces| {
+                    pieces
+                        .iter()
+                        .any(|p| p.id != id && state.segments.contains_key(&p.id))
+                });
+                if others_live {
+                    staying = true;
+                } else {
+                    dying.push(name.clone());
+                }
+            }
+            (runs, dying, staying)
         };
-        let keys: Vec<ObjectPath> = runs.iter().map(|&at| self.run_key(id, at)).collect();
-        self.runtime
-            .block_on(futures::future::try_join_all(keys.iter().map(
-                |k| async move {
-                    match self.store.delete(k).await {
-                        Err(object_store::Error::NotFound { .. }) => Ok(()),
-                        other => other,
-                    }
-                },
-            )))
+        if tombstone {
+            let key = self.key(&layout::gone_name(id));
+            self.runtime
+                .block_on(self.put(&key, Bytes::new(), PutMode::Overwrite))
+                .map_err(|e| self.error(&format!("marking segment {id} deleted"), e))?;
+            self.lock().gone.insert(id);
+        }
+        let mut doomed = runs;
+        doomed.extend(dying.iter().map(|n| self.key(n)));
+        self.delete_objects(doomed)
             .map_err(|e| self.error(&format!("deleting segment {id}"), e))?;
-        self.lock().segments.remove(&id);
-        Ok(())
+        {
+            let mut state = self.lock();
+            if let Some(seg) = state.segments.remove(&id) {
+                // Its appends not uploaded yet are dropped with it.
+                state.waiting_bytes -= seg.waiting.len();
+                state.order.retain(|&(s, _)| s != id);
+            }
+        }
+        self.forget_packs(&dying);
+        self.delete_objects(self.unneeded_tombstones())
+            .map_err(|e| self.error("deleting tombstones", e))
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -771,28 +1242,7 @@ impl Medium for S3Medium {
         self.syncs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
-        let waiting: Vec<SegmentId> = self
-            .lock()
-            .segments
-            .iter()
-            .filter(|(_, s)| !s.waiting.is_empty())
-            .map(|(&id, _)| id)
-            .collect();
-        // Every waiting segment uploads at once: a flush costs one round trip.
-        let results: Vec<io::Result<()>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = waiting
-                .iter()
-                .map(|&id| scope.spawn(move || self.upload_waiting(id)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("upload panicked")))
-                })
-                .collect()
-        });
-        results.into_iter().collect()
+        self.upload_waiting()
     }
 
     fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
@@ -820,38 +1270,7 @@ impl Medium for S3Medium {
         }
         let mut next = self.lock().head.clone().expect("just read");
         next.slots[slot.index()] = Some(data.to_vec());
-        let mode = match next.etag.take() {
-            None => PutMode::Create,
-            Some(e_tag) => PutMode::Update(UpdateVersion {
-                e_tag: Some(e_tag),
-                version: None,
-            }),
-        };
-        let key = self.head_key();
-        let result = self
-            .runtime
-            .block_on(self.put(&key, Bytes::from(next.encode()), mode));
-        match result {
-            Ok(etag) => {
-                next.etag = match etag {
-                    Some(e) => Some(e),
-                    None => self.fetch_head()?.etag,
-                };
-                self.lock().head = Some(next);
-                Ok(())
-            }
-            Err(
-                e @ (object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. }),
-            ) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "{}: the superblocks were written by another process since this one read them: the store is in use elsewhere ({e})",
-                    self.location
-                ),
-            )),
-            Err(e) => Err(self.error("writing the superblocks", e)),
-        }
+        self.put_head(next)
     }
 }
 
@@ -1010,5 +1429,68 @@ impl Holder {
             return true;
         }
         self.age() > lease
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After each upload of a plan, what is durable must be exactly what
+    /// some prefix of the appends made: the promise of `keeps_append_order`.
+    #[test]
+    fn uploads_keep_append_order_whatever_the_interleaving() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..200 {
+            let segments = 1 + rand(20) as u32;
+            let mut ends: BTreeMap<SegmentId, u64> = BTreeMap::new();
+            let mut appends = Vec::new();
+            for _ in 0..1 + rand(60) {
+                let id = rand(u64::from(segments)) as u32;
+                let end = ends.entry(id).or_insert(0);
+                *end += 1 + rand(5);
+                appends.push((id, *end));
+            }
+            let mut order: Vec<(SegmentId, u64)> = Vec::new();
+            for &(id, end) in &appends {
+                match order.last_mut() {
+                    Some((last, e)) if *last == id => *e = end,
+                    _ => order.push((id, end)),
+                }
+            }
+            let taken: BTreeMap<SegmentId, (u64, Bytes)> = ends
+                .iter()
+                .map(|(&id, &end)| (id, (0, Bytes::from(vec![0u8; end as usize]))))
+                .collect();
+            let uploads = plan_uploads(&order, &taken);
+            let mut durable: BTreeMap<SegmentId, u64> = BTreeMap::new();
+            for pieces in &uploads {
+                assert!(pieces.len() <= PACK_PIECES);
+                for p in pieces {
+                    let at = durable.entry(p.id).or_insert(0);
+                    assert_eq!(*at, p.offset, "pieces of a segment are contiguous");
+                    *at += p.len;
+                }
+                // Some prefix of the appends gives exactly `durable`.
+                let is_prefix = (0..=appends.len()).any(|n| {
+                    let mut state: BTreeMap<SegmentId, u64> = BTreeMap::new();
+                    for &(id, end) in &appends[..n] {
+                        state.insert(id, end);
+                    }
+                    state == durable
+                });
+                assert!(
+                    is_prefix,
+                    "after an upload: {durable:?} is no prefix of {appends:?}"
+                );
+            }
+            assert_eq!(durable, ends, "everything uploaded");
+        }
     }
 }

@@ -221,10 +221,10 @@ fn a_writer_whose_lock_was_taken_over_refuses_to_write() {
     assert!(paused.write_superblock(Slot::B, b"late").is_err());
 }
 
-/// Writes an object directly (as another process would), bypassing the medium.
-fn put_raw(srv: &TestServer, at: &oubli_s3::S3Location, key: &str, bytes: &[u8]) {
-    use object_store::ObjectStore;
-    let store = object_store::aws::AmazonS3Builder::new()
+/// A client of the bucket of its own, bypassing the medium (as another
+/// process, or a crash that left things half done, would).
+fn raw_store(srv: &TestServer, at: &oubli_s3::S3Location) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(&at.bucket)
         .with_endpoint(srv.config().endpoint.unwrap())
         .with_allow_http(true)
@@ -232,13 +232,173 @@ fn put_raw(srv: &TestServer, at: &oubli_s3::S3Location, key: &str, bytes: &[u8])
         .with_access_key_id(srv.config().access_key_id.unwrap())
         .with_secret_access_key(srv.config().secret_access_key.unwrap())
         .build()
-        .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
+        .unwrap()
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(store.put(&key.into(), bytes.to_vec().into()))
-        .unwrap();
+        .unwrap()
+        .block_on(f)
+}
+
+/// Writes an object directly, bypassing the medium.
+fn put_raw(srv: &TestServer, at: &oubli_s3::S3Location, key: &str, bytes: &[u8]) {
+    use object_store::ObjectStore;
+    let store = raw_store(srv, at);
+    block_on(store.put(&key.into(), bytes.to_vec().into())).unwrap();
+}
+
+/// The names of the objects in the bucket, sorted.
+fn list_raw(srv: &TestServer, at: &oubli_s3::S3Location) -> Vec<String> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStore;
+    let store = raw_store(srv, at);
+    let metas: Vec<_> = block_on(store.list(None).try_collect::<Vec<_>>()).unwrap();
+    let mut names: Vec<String> = metas.into_iter().map(|m| m.location.to_string()).collect();
+    names.sort();
+    names
+}
+
+/// A sync that carries several segments is one PUT (one pack), so the
+/// appends it carries land together; deleting one of its segments keeps
+/// the others and, with a tombstone, stays deleted across a reopen; once
+/// every segment of the pack is deleted, the pack and the tombstone go.
+#[test]
+fn several_segments_in_one_sync_are_one_put_and_delete_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("packs", false, "p");
+    let m = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    m.write_superblock(Slot::A, b"sb").unwrap();
+    let (puts, _) = m.requests();
+    m.append(1, 0, b"data one").unwrap();
+    m.append(2, 0, b"log two").unwrap();
+    m.append(1, 8, b"+").unwrap();
+    m.append(3, 0, b"tally three").unwrap();
+    m.sync().unwrap();
+    assert_eq!(
+        m.requests().0 - puts,
+        1,
+        "one sync of three segments: one PUT"
+    );
+    m.append(1, 9, b" more").unwrap();
+    m.sync().unwrap();
+    assert_eq!(m.requests().0 - puts, 2, "one segment: one PUT (a run)");
+    let names = list_raw(&srv, &at);
+    assert!(names.iter().any(|n| n.starts_with("p/pack/")), "{names:?}");
+    assert!(
+        names.contains(&"p/seg/00000001/0000000000000009".to_string()),
+        "{names:?}"
+    );
+    // The log and the tally go (as at a commit); the data stays.
+    m.delete_segment(2).unwrap();
+    m.delete_segment(3).unwrap();
+    drop(m);
+    let m = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    assert_eq!(m.list_segments().unwrap(), vec![1]);
+    let mut buf = [0u8; 14];
+    m.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"data one+ more");
+    let names = list_raw(&srv, &at);
+    assert!(names.contains(&"p/gone/00000002".to_string()), "{names:?}");
+    assert!(names.contains(&"p/gone/00000003".to_string()), "{names:?}");
+    m.delete_segment(1).unwrap();
+    assert_eq!(
+        list_raw(&srv, &at),
+        vec!["p/lock".to_string(), "p/superblocks".to_string()]
+    );
+    drop(m);
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert!(m.list_segments().unwrap().is_empty());
+}
+
+/// More segments waiting than one pack carries: several PUTs, in append
+/// order, and every byte reads back after a reopen.
+#[test]
+fn a_sync_of_many_segments_splits_into_packs_in_append_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("many", false, "");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    let (puts, _) = m.requests();
+    for round in 0..3u64 {
+        for id in 0..20u32 {
+            m.append(id, round * 4, &[id as u8, round as u8, 0xaa, 0xbb])
+                .unwrap();
+        }
+    }
+    m.sync().unwrap();
+    let sent = m.requests().0 - puts;
+    assert!((3..=10).contains(&sent), "{sent} PUTs for 20 segments");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(m.list_segments().unwrap(), (0..20).collect::<Vec<_>>());
+    for id in 0..20u32 {
+        let mut buf = [0u8; 12];
+        m.read(id, 0, &mut buf).unwrap();
+        for round in 0..3usize {
+            assert_eq!(
+                buf[round * 4..round * 4 + 4],
+                [id as u8, round as u8, 0xaa, 0xbb]
+            );
+        }
+    }
+}
+
+/// What a crash can leave: an upload whose answer was lost and that was
+/// sent again with more bytes (two objects from the same offset: the
+/// longer wins), and a deletion cut after its tombstones (the next writer
+/// deletes the dead pack, then the tombstones).
+#[test]
+fn overlapping_uploads_and_a_cut_deletion_are_resolved_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("cut", false, "");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    m.append(5, 0, b"0123456789").unwrap();
+    m.append(6, 0, b"abc").unwrap();
+    m.sync().unwrap();
+    drop(m);
+    // Segment 5 from 10: once alone (the lost answer), once longer in a pack.
+    put_raw(&srv, &at, "seg/00000005/000000000000000a", b"ABCDE");
+    put_raw(&srv, &at, "pack/00000005.a.8_00000007.0.2", b"ABCDEFGHxy");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(m.segment_len(5).unwrap(), Some(18));
+    let mut buf = [0u8; 18];
+    m.read(5, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"0123456789ABCDEFGH");
+    let mut buf = [0u8; 2];
+    m.read(7, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"xy");
+    m.append(5, 18, b"!").unwrap();
+    m.sync().unwrap();
+    m.append(8, 0, b"eight").unwrap();
+    m.append(9, 0, b"nine").unwrap();
+    m.sync().unwrap();
+    drop(m);
+    // A deletion of 8 and 9 (one pack) cut after their tombstones: gone at
+    // once, and the next writer deletes the pack, then the tombstones.
+    put_raw(&srv, &at, "gone/00000008", b"");
+    put_raw(&srv, &at, "gone/00000009", b"");
+    let m = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    assert_eq!(m.list_segments().unwrap(), vec![5, 6, 7]);
+    let names = list_raw(&srv, &at);
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("gone/") || n.contains("00000008")),
+        "{names:?}"
+    );
+    let mut buf = [0u8; 19];
+    m.read(5, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"0123456789ABCDEFGH!");
 }
 
 #[test]

@@ -79,11 +79,11 @@ impl Adversary {
             if name == "superblocks" {
                 let slots = oubli_s3::decode_superblocks(&bytes).expect("superblocks object");
                 superblocks.extend(slots.into_iter().flatten());
-            } else if let Some((id, at)) = name.strip_prefix("seg/").and_then(|r| r.split_once('/'))
-            {
-                let id = u32::from_str_radix(id, 16).expect("segment id");
-                let at = u64::from_str_radix(at, 16).expect("run offset");
-                segments.push((id, at, bytes));
+            } else {
+                // Runs and packs: every segment byte any version holds.
+                for (id, at, piece) in oubli_s3::layout::pieces_of(name, &bytes) {
+                    segments.push((id, at, piece.to_vec()));
+                }
             }
         }
         superblocks.sort();

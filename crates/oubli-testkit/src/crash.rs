@@ -15,6 +15,18 @@ type Stack = FaultMedium<RecordingMedium<MemMedium>>;
 pub struct CutMode {
     pub fault: Fault,
     pub tear: TearMode,
+    /// The medium keeps appends in order ([`MemMedium::in_order`], as the
+    /// S3 medium does): the engine's flush is then one sync, and `tear`
+    /// must be one that keeps a prefix of the pending writes.
+    pub in_order: bool,
+}
+
+/// The medium under a sweep: power cuts and tears over a recording of every
+/// byte, over memory (in order or not).
+fn stack(in_order: bool) -> Arc<Stack> {
+    let mem = MemMedium::with_segment_capacity(harness::TEST_SEGMENT);
+    let mem = if in_order { mem.in_order() } else { mem };
+    Arc::new(FaultMedium::new(RecordingMedium::new(mem)))
 }
 
 /// What one cut left behind, for the caller's bookkeeping.
@@ -36,9 +48,7 @@ pub struct CutOutcome {
 /// Panics with a description of the violated property.
 pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode) -> CutOutcome {
     let options = harness::options(seed);
-    let stack = Arc::new(FaultMedium::new(RecordingMedium::new(
-        MemMedium::with_segment_capacity(harness::TEST_SEGMENT),
-    )));
+    let stack = stack(mode.in_order);
     let (store, vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
     if let Some(p) = point {
         stack.arm(stack.points() + p, mode.fault);
@@ -74,12 +84,11 @@ pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode)
     }
 }
 
-/// Counts the I/O points of a workload after store creation.
-pub fn count_points(workload: &Workload, seed: u64) -> u64 {
+/// Counts the I/O points of a workload after store creation, on an
+/// in-order medium or not (flushes sync less on the former).
+pub fn count_points(workload: &Workload, seed: u64, in_order: bool) -> u64 {
     let options = harness::options(seed);
-    let stack = Arc::new(FaultMedium::new(RecordingMedium::new(
-        MemMedium::with_segment_capacity(harness::TEST_SEGMENT),
-    )));
+    let stack = stack(in_order);
     let (store, _vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
     let start = stack.points();
     let mut runner = Runner::default();

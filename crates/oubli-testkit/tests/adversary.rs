@@ -312,8 +312,9 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
 
 /// Issue 13: what a flush costs on S3, in PUT requests: small writes, each
 /// followed by a flush (an fsync), 200 times; printed, and held to at most
-/// three per flush (one run per segment a flush touches: data, intent log,
-/// log tally).
+/// one per flush on average (the medium keeps appends in order, so the
+/// engine syncs once per flush, and that sync's data, intent-log frame and
+/// tally go up as one pack), plus the commits' few.
 #[test]
 fn puts_per_flush_on_s3() {
     let dir = tempfile::tempdir().unwrap();
@@ -338,5 +339,5 @@ fn puts_per_flush_on_s3() {
         puts - before.0,
         syncs - before.1
     );
-    assert!(per_flush <= 3.0, "{per_flush:.2} PUTs per flush");
+    assert!(per_flush <= 1.05, "{per_flush:.2} PUTs per flush");
 }

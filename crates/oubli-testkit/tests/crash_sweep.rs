@@ -41,33 +41,87 @@ fn every_cut_point_with_key_shares() {
     sweep(43, workload);
 }
 
+/// The same sweep on a medium that keeps appends in order (as the S3
+/// medium does), where a flush makes its data, frame and tally appends and
+/// syncs once: every cut leaves a prefix of them (dropped, torn in any
+/// one of them, kept whole), and the store must still reopen with every
+/// acknowledged write and without committed deletions.
+#[test]
+fn every_cut_point_on_a_medium_that_keeps_appends_in_order() {
+    let seed = 27;
+    let workload = Workload::generate(seed, 240, 48 * 1024, 20);
+    let in_order = count_points(&workload, seed, true);
+    let unordered = count_points(&workload, seed, false);
+    assert!(
+        in_order < unordered,
+        "an in-order medium should save syncs: {in_order} I/O points against {unordered}"
+    );
+    sweep_with(seed, workload, &IN_ORDER_MODES);
+}
+
+const MODES: [CutMode; 4] = [
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::DropUnsynced,
+        in_order: false,
+    },
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::Torn,
+        in_order: false,
+    },
+    CutMode {
+        fault: Fault::TearThenCut,
+        tear: TearMode::KeepAll,
+        in_order: false,
+    },
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::Chaos,
+        in_order: false,
+    },
+];
+
+/// Every cut an in-order medium can suffer: nothing pending kept, a torn
+/// prefix, a prefix of every length up to the whole, the cut write itself
+/// torn.
+const IN_ORDER_MODES: [CutMode; 4] = [
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::DropUnsynced,
+        in_order: true,
+    },
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::Torn,
+        in_order: true,
+    },
+    CutMode {
+        fault: Fault::PowerCut,
+        tear: TearMode::KeepPrefix(2),
+        in_order: true,
+    },
+    CutMode {
+        fault: Fault::TearThenCut,
+        tear: TearMode::KeepAll,
+        in_order: true,
+    },
+];
+
 fn sweep(seed: u64, workload: Workload) {
+    sweep_with(seed, workload, &MODES)
+}
+
+fn sweep_with(seed: u64, workload: Workload, modes: &[CutMode]) {
     assert!(workload.steps.len() >= 200);
     assert!(workload.count(|s| matches!(s, Step::Commit | Step::Gc)) >= 5);
     assert!(workload.count(|s| matches!(s, Step::Delete { .. })) >= 10);
     assert!(workload.count(|s| *s == Step::Gc) >= 1);
-    let points = count_points(&workload, seed);
-    let modes = [
-        CutMode {
-            fault: Fault::PowerCut,
-            tear: TearMode::DropUnsynced,
-        },
-        CutMode {
-            fault: Fault::PowerCut,
-            tear: TearMode::Torn,
-        },
-        CutMode {
-            fault: Fault::TearThenCut,
-            tear: TearMode::KeepAll,
-        },
-        CutMode {
-            fault: Fault::PowerCut,
-            tear: TearMode::Chaos,
-        },
-    ];
+    let points = count_points(&workload, seed, modes[0].in_order);
+    assert!(modes.iter().all(|m| m.in_order == modes[0].in_order));
     let mut exercised = 0;
     for point in 0..points {
-        for mode in modes {
+        for &mode in modes {
             let outcome = cut_at(&workload, seed, Some(point), mode);
             assert!(!outcome.completed, "cut point {point} was never reached");
             exercised += 1;

@@ -154,8 +154,13 @@ impl Engine {
             }
             return Ok(());
         }
-        // The data a batch refers to must be durable before the batch is.
-        if self.unsynced {
+        // The data a batch refers to must be durable before the batch is,
+        // and the frame before the tally that counts it. A medium that keeps
+        // appends in order gives both without a sync in between (what
+        // survives a cut is data, then frame, then tally, up to some point),
+        // so there the flush is one sync: one request on object storage.
+        let in_order = self.ctx.medium.keeps_append_order();
+        if self.unsynced && !in_order {
             self.sync("syncing data before the intent log")?;
         }
         let keys = LogKeys {
@@ -190,7 +195,9 @@ impl Engine {
         {
             return self.poison("appending to the intent log", e);
         }
-        self.sync("syncing the intent log")?;
+        if !in_order {
+            self.sync("syncing the intent log")?;
+        }
         if let Err(e) = self
             .ctx
             .medium

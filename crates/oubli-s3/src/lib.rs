@@ -44,10 +44,13 @@
 mod admin;
 mod config;
 pub mod layout;
+mod readahead;
 pub mod test_server;
 
 pub use admin::{Admin, ObjectVersion};
 pub use config::{S3Config, S3Location};
+use readahead::{ReadAhead, RunRef};
+pub use readahead::{PREFETCH_DEPTH, READ_AHEAD, READ_AHEAD_WINDOWS};
 
 use bytes::Bytes;
 use layout::{Object, Piece, PACK_PIECES};
@@ -68,59 +71,6 @@ pub const RUN_MAX: usize = 16 << 20;
 /// smaller ones free space sooner; runs keep PUTs large regardless).
 pub const SEGMENT_CAPACITY: u64 = 64 << 20;
 
-/// Bytes a sequential reader fetches at once from a run.
-pub const READ_AHEAD: u64 = 4 << 20;
-
-/// How many read-ahead windows are kept: with [`READ_AHEAD`], the cap on
-/// the memory they hold (64 MiB).
-pub const READ_AHEAD_WINDOWS: usize = 16;
-
-/// One piece of a read: `n` bytes at `from` of the run at `run_at` (of
-/// `run_len` bytes, stored in `object` from byte `base`), going to `into`
-/// in the caller's buffer.
-struct Fetch {
-    run_at: u64,
-    run_len: u64,
-    object: ObjectPath,
-    base: u64,
-    from: u64,
-    n: usize,
-    into: usize,
-}
-
-/// Windows of runs fetched ahead of a sequential reader; runs never change,
-/// so a window stays right until its segment is deleted.
-#[derive(Default)]
-struct ReadAhead {
-    /// (segment, run offset, window start within the run) and its bytes, newest last.
-    windows: std::collections::VecDeque<((SegmentId, u64, u64), Bytes)>,
-    /// Where the last read of each segment ended.
-    last_end: std::collections::HashMap<SegmentId, u64>,
-}
-
-impl ReadAhead {
-    fn find(&self, id: SegmentId, run_at: u64, from: u64, n: usize) -> Option<&[u8]> {
-        self.windows.iter().rev().find_map(|((s, r, w), bytes)| {
-            let inside = *s == id && *r == run_at && *w <= from;
-            let end = from + n as u64;
-            (inside && end <= w + bytes.len() as u64)
-                .then(|| &bytes[(from - w) as usize..(end - w) as usize])
-        })
-    }
-
-    fn keep(&mut self, id: SegmentId, run_at: u64, from: u64, bytes: Bytes) {
-        if self.windows.len() == READ_AHEAD_WINDOWS {
-            self.windows.pop_front();
-        }
-        self.windows.push_back(((id, run_at, from), bytes));
-    }
-
-    fn forget(&mut self, id: SegmentId) {
-        self.windows.retain(|((s, _, _), _)| *s != id);
-        self.last_end.remove(&id);
-    }
-}
-
 /// How long a writer's lock lasts without renewal before another
 /// process may take the store over.
 pub const LEASE: Duration = Duration::from_secs(30);
@@ -135,10 +85,12 @@ pub struct S3Medium {
     syncing: Mutex<()>,
     capacity: u64,
     /// Recently fetched read-ahead windows.
-    readahead: Mutex<ReadAhead>,
+    readahead: Arc<ReadAhead>,
     /// PUTs this medium sent (runs and superblocks, not lock renewals) and syncs it served.
     puts: std::sync::atomic::AtomicU64,
     syncs: std::sync::atomic::AtomicU64,
+    /// GETs of exactly what a random read needs.
+    gets: std::sync::atomic::AtomicU64,
     /// The writer's lock, when opened with [`S3Medium::open_writer`].
     lock: Option<WriterLock>,
 }
@@ -319,6 +271,7 @@ impl S3Medium {
             lock: None,
             puts: Default::default(),
             syncs: Default::default(),
+            gets: Default::default(),
             readahead: Default::default(),
         };
         medium.load_segments()?;
@@ -445,6 +398,12 @@ impl S3Medium {
     pub fn requests(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         (self.puts.load(Relaxed), self.syncs.load(Relaxed))
+    }
+
+    /// GETs of segment bytes sent so far (read-ahead windows included).
+    pub fn gets(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.gets.load(Relaxed) + self.readahead.gets.load(Relaxed)
     }
 
     /// Caps segments at `capacity` bytes instead of [`SEGMENT_CAPACITY`].
@@ -1074,8 +1033,10 @@ impl Medium for S3Medium {
 
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let end = offset + buf.len() as u64;
-        // What to fetch: (object offset, position in buf, run key offset, length).
-        let mut fetches = Vec::new();
+        // What to fetch from uploaded runs: (run, from within it, length,
+        // position in buf); and the runs a sequential reader goes on into.
+        let mut fetches: Vec<(RunRef, u64, usize, usize)> = Vec::new();
+        let mut ahead: Vec<RunRef> = Vec::new();
         {
             let state = self.lock();
             let Some(seg) = state.segments.get(&id) else {
@@ -1111,62 +1072,68 @@ impl Medium for S3Medium {
                 let Some((&run_at, run)) = seg.runs.range(..=at).next_back() else {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no run"));
                 };
-                let run_len = run.len;
-                let n = (end.min(run_at + run_len) - at) as usize;
-                fetches.push(Fetch {
+                let n = (end.min(run_at + run.len) - at) as usize;
+                let run = RunRef {
                     run_at,
-                    run_len,
+                    run_len: run.len,
                     object: run.object.clone(),
                     base: run.base,
-                    from: at - run_at,
-                    n,
-                    into: (at - offset) as usize,
-                });
+                };
+                fetches.push((run, at - run_at, n, (at - offset) as usize));
                 at += n as u64;
             }
-        }
-        // Served from the read-ahead windows where possible; a sequential
-        // reader (this read starts where the last one of the segment ended)
-        // fetches a whole window, so a stream costs one GET per window.
-        let mut gets = Vec::new();
-        {
-            let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
-            let sequential = ra.last_end.get(&id) == Some(&offset);
-            ra.last_end.insert(id, end);
-            for f in fetches {
-                if let Some(bytes) = ra.find(id, f.run_at, f.from, f.n) {
-                    buf[f.into..f.into + f.n].copy_from_slice(bytes);
-                    continue;
-                }
-                let to = if sequential {
-                    (f.from + READ_AHEAD)
-                        .max(f.from + f.n as u64)
-                        .min(f.run_len)
-                } else {
-                    f.from + f.n as u64
-                };
-                gets.push((f, to));
+            if let Some((last, ..)) = fetches.last() {
+                ahead.push(last.clone());
+                let next = seg.runs.range(last.run_at + 1..).take(2);
+                ahead.extend(next.map(|(&run_at, r)| RunRef {
+                    run_at,
+                    run_len: r.len,
+                    object: r.object.clone(),
+                    base: r.base,
+                }));
             }
         }
+        let ra = &self.readahead;
+        let handle = self.runtime.handle();
+        let failed = |e| self.error(&format!("reading segment {id}"), e);
+        let streak = ra.streak(id, offset, end);
+        if streak > 0 {
+            // A stream: through the windows, the next ones fetched behind it.
+            for (run, from, n, into) in &fetches {
+                ra.read_through(handle, &self.store, id, run, *from, &mut buf[*into..][..*n])
+                    .map_err(failed)?;
+            }
+            if let (true, Some((_, from, n, _))) = (streak > 1, fetches.last()) {
+                ra.prefetch(handle, &self.store, id, &ahead, from + *n as u64 - 1);
+            }
+            return Ok(());
+        }
+        // A random read: from a window if one holds it, else exactly its bytes.
+        let mut gets = Vec::new();
+        for (run, from, n, into) in fetches {
+            if !ra.copy_if_ready(id, &run, from, &mut buf[into..into + n]) {
+                gets.push((run, from, n, into));
+            }
+        }
+        self.gets
+            .fetch_add(gets.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let got = self
             .runtime
-            .block_on(futures::future::try_join_all(gets.iter().map(|(f, to)| {
-                let range = f.base + f.from..f.base + to;
-                async move { self.store.get_range(&f.object, range).await }
-            })));
-        let got = got.map_err(|e| self.error(&format!("reading segment {id}"), e))?;
-        let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
-        for (bytes, (f, to)) in got.into_iter().zip(&gets) {
-            if bytes.len() as u64 != to - f.from {
+            .block_on(futures::future::try_join_all(gets.iter().map(
+                |(run, from, n, _)| {
+                    let range = run.base + from..run.base + from + *n as u64;
+                    async move { self.store.get_range(&run.object, range).await }
+                },
+            )))
+            .map_err(failed)?;
+        for (bytes, (_, _, n, into)) in got.into_iter().zip(&gets) {
+            if bytes.len() != *n {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("{}: short read of segment {id}", self.location),
                 ));
             }
-            buf[f.into..f.into + f.n].copy_from_slice(&bytes[..f.n]);
-            if bytes.len() > f.n {
-                ra.keep(id, f.run_at, f.from, bytes);
-            }
+            buf[*into..into + n].copy_from_slice(&bytes);
         }
         Ok(())
     }
@@ -1181,10 +1148,7 @@ impl Medium for S3Medium {
 
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
         let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
-        self.readahead
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .forget(id);
+        self.readahead.forget(id);
         // Its own runs go; a pack goes with its last live segment. A pack
         // that stays would list this segment again at the next opening:
         // a tombstone, written first, keeps it deleted.

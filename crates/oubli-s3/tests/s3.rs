@@ -427,6 +427,17 @@ fn sequential_reads_are_served_by_read_ahead_windows_and_stay_exact() {
     let m = S3Medium::open_with(&at, &srv.config()).unwrap();
     // A stream of 32 KiB + 16 reads (a cell and its tag), across run boundaries.
     let unit = 32768 + 16;
+    // Two reads in a row make a stream: the windows ahead of it (the first
+    // of the second and third runs) are fetched in the background.
+    let mut buf = vec![0u8; 2 * unit];
+    m.read(1, 0, &mut buf[..unit]).unwrap();
+    m.read(1, unit as u64, &mut buf[unit..2 * unit]).unwrap();
+    m.read(1, 2 * unit as u64, &mut buf[..unit]).unwrap();
+    let waited = std::time::Instant::now();
+    while m.gets() < 4 && waited.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(m.gets(), 4, "one exact read, the first window, two ahead");
     let mut off = 0usize;
     while off < data.len() {
         let n = unit.min(data.len() - off);
@@ -435,6 +446,8 @@ fn sequential_reads_are_served_by_read_ahead_windows_and_stay_exact() {
         assert!(buf == data[off..off + n], "sequential read at {off}");
         off += n;
     }
+    // The whole stream: one GET per 4 MiB window, no more.
+    assert!(m.gets() <= 1 + 3 + 1, "{} GETs for 12 MiB", m.gets());
     // Random reads after it (some inside cached windows, some not).
     for i in 0..200u64 {
         let off = (i * 7_654_321) as usize % (data.len() - 5000);
@@ -448,4 +461,59 @@ fn sequential_reads_are_served_by_read_ahead_windows_and_stay_exact() {
         m.read(1, 0, &mut buf).is_err(),
         "a deleted segment must not read from cache"
     );
+}
+
+/// A store of layout 1 (runs only, written by earlier versions) opens and
+/// reads; its superblocks announce layout 2 before the first pack is
+/// written, so an older version refuses the store instead of missing the
+/// packed bytes. A layout this version does not know is refused by name.
+#[test]
+fn a_layout_1_store_opens_and_is_announced_as_layout_2_before_its_first_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("layout", false, "");
+    let head = |layout: u8| {
+        let mut v = b"OUBLIS3".to_vec();
+        v.push(layout);
+        v.extend_from_slice(&3u32.to_le_bytes());
+        v.extend_from_slice(b"old");
+        v.extend_from_slice(&u32::MAX.to_le_bytes());
+        v
+    };
+    put_raw(&srv, &at, "superblocks", &head(0));
+    put_raw(&srv, &at, "seg/00000001/0000000000000000", b"layout one");
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(m.read_superblock(Slot::A).unwrap().unwrap(), b"old");
+    let mut buf = [0u8; 10];
+    m.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"layout one");
+    m.append(1, 10, b"+").unwrap();
+    m.sync().unwrap();
+    assert!(
+        raw_get(&srv, &at, "superblocks") == head(0),
+        "a run needs no announcement"
+    );
+    m.append(1, 11, b"+").unwrap();
+    m.append(2, 0, b"two").unwrap();
+    m.sync().unwrap();
+    assert_eq!(raw_get(&srv, &at, "superblocks"), head(2));
+    drop(m);
+    let m = S3Medium::open_with(&at, &srv.config()).unwrap();
+    let mut buf = [0u8; 12];
+    m.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"layout one++");
+    put_raw(&srv, &at, "superblocks", &head(3));
+    let e = S3Medium::open_with(&at, &srv.config())
+        .unwrap()
+        .read_superblock(Slot::A)
+        .unwrap_err();
+    assert!(e.to_string().contains("newer oubli"), "{e}");
+}
+
+fn raw_get(srv: &TestServer, at: &oubli_s3::S3Location, key: &str) -> Vec<u8> {
+    use object_store::ObjectStore;
+    let store = raw_store(srv, at);
+    block_on(async { store.get(&key.into()).await.unwrap().bytes().await.unwrap() }).to_vec()
 }

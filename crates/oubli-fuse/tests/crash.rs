@@ -84,9 +84,15 @@ struct Server {
 }
 
 impl Server {
-    fn kill(&mut self) {
+    /// kill -9 of the serving process; its mount stays attached (dead:
+    /// every call on it fails) until [`detach`].
+    fn kill_process(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    fn kill(&mut self) {
+        self.kill_process();
         detach(&self.mnt);
     }
 }
@@ -263,19 +269,28 @@ fn crash_round(
     while lock(&durable).files.len() < durable_target && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The dead mount stays attached until the workload has failed on it: a
+    // mount detached at once would let a worker between two calls go on
+    // in the directory underneath.
     match kill {
-        Kill::Mount => server.kill(),
+        Kill::Mount => server.kill_process(),
         Kill::S3Server(s3_server) => {
             s3_server.kill();
             // The mount cannot write any more: what it acknowledged is all
             // that counts. Give it a moment to fail, then kill it too.
             std::thread::sleep(Duration::from_millis(200));
-            server.kill();
+            server.kill_process();
             s3_server.restart();
         }
     }
+    // Its next call fails; `stop` only bounds a hung one.
+    let killed = Instant::now();
+    while !worker.is_finished() && killed.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     stop.store(true, Ordering::Relaxed);
     let outcome = worker.join().expect("workload thread");
+    detach(&mnt);
     assert!(
         outcome.is_err(),
         "the workload should have been cut off by the kill"

@@ -1,13 +1,14 @@
-//! The names of the S3 medium's objects (runs, packs, tombstones), and the segment bytes any one of them holds.
+//! The names of the S3 medium's objects (runs, packs, the gone list), and the segment bytes any one of them holds.
 //!
 //! Layout 2 (docs/FORMAT-media.md, "S3"): a sync that carries the bytes of
 //! one segment uploads them as a *run* `seg/ID/OFFSET`; a sync that carries
 //! several segments uploads them as one *pack*, whose name lists its pieces
 //! (`pack/ID.OFFSET.LEN_ID.OFFSET.LEN…`, hexadecimal, bodies concatenated
 //! in that order), so that one PUT — atomic — makes them durable together
-//! and a listing alone rebuilds every segment. A segment deleted while a
-//! pack still carries a live piece of another segment leaves a *tombstone*
-//! `gone/ID` until the pack goes.
+//! and a listing alone rebuilds every segment. Segments deleted while a
+//! pack still carries a live piece of another segment are listed in the
+//! one object `gone` until the pack goes (one object however many: a
+//! listing stays as long as the store's live objects).
 
 use oubli_core::SegmentId;
 
@@ -32,9 +33,7 @@ pub enum Object {
     Run { id: SegmentId, offset: u64 },
     /// A pack: these pieces, bodies concatenated in this order.
     Pack(Vec<Piece>),
-    /// Segment `id` was deleted (packs may still carry pieces of it).
-    Gone(SegmentId),
-    /// The superblocks, the writer's lock, or something not ours.
+    /// The superblocks, the writer's lock, the gone list, or something not ours.
     Other,
 }
 
@@ -50,8 +49,28 @@ pub fn pack_name(pieces: &[Piece]) -> String {
     format!("pack/{}", listed.join("_"))
 }
 
-pub fn gone_name(id: SegmentId) -> String {
-    format!("gone/{id:08x}")
+/// The name of the list of deleted segments that packs still carry.
+pub const GONE: &str = "gone";
+
+const GONE_MAGIC: &str = "oubli-s3 gone v1";
+
+/// The gone list's body: a header line, then one hexadecimal id a line.
+pub fn encode_gone(ids: impl IntoIterator<Item = SegmentId>) -> Vec<u8> {
+    let mut out = format!("{GONE_MAGIC}\n");
+    for id in ids {
+        out.push_str(&format!("{id:08x}\n"));
+    }
+    out.into_bytes()
+}
+
+/// The ids a gone list holds (`None`: not a gone list).
+pub fn decode_gone(body: &[u8]) -> Option<Vec<SegmentId>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut lines = text.lines();
+    (lines.next()? == GONE_MAGIC).then_some(())?;
+    lines
+        .map(|l| SegmentId::from_str_radix(l, 16).ok())
+        .collect()
 }
 
 /// Parses an object's name relative to the store's prefix.
@@ -80,8 +99,6 @@ pub fn parse(name: &str) -> Object {
         if let Some(pieces) = pieces.filter(|p| !p.is_empty() && p.len() <= PACK_PIECES) {
             return Object::Pack(pieces);
         }
-    } else if let Some(id) = name.strip_prefix("gone/").and_then(hex32) {
-        return Object::Gone(id);
     }
     Object::Other
 }
@@ -104,7 +121,7 @@ pub fn pieces_of<'a>(name: &str, body: &'a [u8]) -> Vec<(SegmentId, u64, &'a [u8
             }
             out
         }
-        Object::Gone(_) | Object::Other => Vec::new(),
+        Object::Other => Vec::new(),
     }
 }
 
@@ -134,7 +151,6 @@ mod tests {
             },
         ];
         assert_eq!(parse(&pack_name(&pieces)), Object::Pack(pieces));
-        assert_eq!(parse(&gone_name(9)), Object::Gone(9));
         for other in [
             "superblocks",
             "lock",
@@ -142,10 +158,21 @@ mod tests {
             "pack/1.2",
             "pack/1.2.3.4",
             "pack/",
-            "gone/x",
+            "gone",
         ] {
             assert_eq!(parse(other), Object::Other, "{other}");
         }
+    }
+
+    #[test]
+    fn gone_lists_read_back() {
+        assert_eq!(
+            decode_gone(&encode_gone([3, 0xffff_ffff])),
+            Some(vec![3, 0xffff_ffff])
+        );
+        assert_eq!(decode_gone(&encode_gone([])), Some(vec![]));
+        assert_eq!(decode_gone(b"something else\n1\n"), None);
+        assert_eq!(decode_gone(b"oubli-s3 gone v1\nzz\n"), None);
     }
 
     #[test]

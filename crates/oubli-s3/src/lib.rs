@@ -18,8 +18,8 @@
 //!   some point and nothing later. The engine then flushes with one sync:
 //!   data, intent-log frame and tally in one PUT.
 //! * A segment deleted while a pack still holds a live piece of another
-//!   segment leaves a tombstone `PREFIX/gone/{id:08x}` (a listing would
-//!   otherwise bring it back) until the last such pack is deleted.
+//!   segment is listed in `PREFIX/gone` (a listing would otherwise bring
+//!   it back) until the last such pack is deleted.
 //! * Both superblock slots live in one object, `PREFIX/superblocks` (a PUT
 //!   is atomic, so writing one slot cannot tear the other), written with
 //!   `If-Match` on the ETag this process first read or last wrote (or
@@ -126,7 +126,7 @@ struct State {
     packs: HashMap<Arc<str>, Vec<Piece>>,
     /// The packs holding a piece of each segment, live or gone.
     pack_refs: HashMap<SegmentId, BTreeSet<Arc<str>>>,
-    /// Deleted segments with a tombstone (a pack still holds a piece of them).
+    /// Deleted segments a pack still holds a piece of: the gone list.
     gone: BTreeSet<SegmentId>,
     /// The superblocks object is known to announce layout 2 (or not to
     /// exist yet): packs may be written.
@@ -149,7 +149,7 @@ struct Head {
 const HEAD_MAGIC: &[u8; 7] = b"OUBLIS3";
 /// Layout 1: runs only (written as byte 0 by the first versions).
 const LAYOUT_1: u8 = 0;
-/// Layout 2: runs, packs and tombstones. Older versions refuse it (they
+/// Layout 2: runs, packs and the gone list. Older versions refuse it (they
 /// would not see the packs): they find the superblocks malformed.
 const LAYOUT_2: u8 = 2;
 
@@ -479,7 +479,7 @@ impl S3Medium {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists the run, pack and tombstone objects and rebuilds each
+    /// Lists the run and pack objects, reads the gone list, and rebuilds each
     /// segment's runs: from byte 0, each next run is the listed piece that
     /// reaches furthest among those covering the segment's end so far (a
     /// PUT whose answer was lost and that was retried with more bytes left
@@ -497,16 +497,37 @@ impl S3Medium {
                     .await
             }
         };
+        let gone_key = self.key(layout::GONE);
+        let gone = async {
+            match self.store.get(&gone_key).await {
+                Ok(r) => Ok(Some(r.bytes().await?)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
         let (runs, packs, gone) = self
             .runtime
-            .block_on(async { futures::try_join!(list("seg/"), list("pack/"), list("gone/")) })
+            .block_on(async { futures::try_join!(list("seg/"), list("pack/"), gone) })
             .map_err(|e| self.error("listing the segments", e))?;
+        let gone = match gone {
+            None => Vec::new(),
+            Some(body) => layout::decode_gone(&body).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: the list of deleted segments is malformed",
+                        self.location
+                    ),
+                )
+            })?,
+        };
         // Per segment: (offset, length, object, base) of every piece listed.
         let mut pieces: BTreeMap<SegmentId, Vec<(u64, u64, ObjectPath, u64)>> = BTreeMap::new();
         let mut own: BTreeMap<SegmentId, BTreeSet<u64>> = BTreeMap::new();
         let mut state = self.lock();
         let state = &mut *state;
-        for meta in runs.iter().chain(&packs).chain(&gone) {
+        state.gone = gone.into_iter().collect();
+        for meta in runs.iter().chain(&packs) {
             let Some(name) = self.relative(&meta.location) else {
                 continue;
             };
@@ -547,9 +568,6 @@ impl S3Medium {
                         continue;
                     }
                     state.packs.insert(name, listed);
-                }
-                Object::Gone(id) => {
-                    state.gone.insert(id);
                 }
                 Object::Other => {}
             }
@@ -604,7 +622,7 @@ impl S3Medium {
 
     /// A writer's tidying at open: deletes what a crash in the middle of a
     /// segment deletion left (packs whose every segment is gone, run
-    /// objects of gone segments, then tombstones no pack needs any more).
+    /// objects of gone segments), then shortens the gone list.
     /// Best effort: what fails stays for the next opening.
     fn tidy(&self) {
         let (packs, mut doomed) = {
@@ -620,7 +638,7 @@ impl S3Medium {
         doomed.extend(packs.iter().map(|n| self.key(n)));
         if self.delete_objects(doomed).is_ok() {
             self.forget_packs(&packs);
-            let _ = self.delete_objects(self.unneeded_tombstones());
+            let _ = self.prune_gone();
         }
     }
     /// Deletes objects, many at once; one already gone is no error.
@@ -653,25 +671,34 @@ impl S3Medium {
         }
     }
 
-    /// The tombstones of gone segments no pack holds a piece of any more,
-    /// forgotten: to delete after those packs, never before (a tombstone
-    /// deleted first would let a listing bring its segment back).
-    fn unneeded_tombstones(&self) -> Vec<ObjectPath> {
-        let mut state = self.lock();
-        let state = &mut *state;
-        let unneeded: Vec<SegmentId> = state
-            .gone
-            .iter()
-            .copied()
-            .filter(|id| !state.pack_refs.contains_key(id))
-            .collect();
-        unneeded
-            .into_iter()
-            .map(|id| {
-                state.gone.remove(&id);
-                self.key(&layout::gone_name(id))
-            })
-            .collect()
+    /// Replaces the gone list (one PUT; the writer alone writes it).
+    fn write_gone(&self, ids: BTreeSet<SegmentId>) -> io::Result<()> {
+        let key = self.key(layout::GONE);
+        let body = Bytes::from(layout::encode_gone(ids.iter().copied()));
+        self.runtime
+            .block_on(self.put(&key, body, PutMode::Overwrite))
+            .map_err(|e| self.error("writing the list of deleted segments", e))?;
+        self.lock().gone = ids;
+        Ok(())
+    }
+
+    /// Drops from the gone list the segments no pack holds a piece of any
+    /// more: after those packs were deleted, never before (the list
+    /// shortened first would let a listing bring a segment back).
+    fn prune_gone(&self) -> io::Result<()> {
+        let kept: BTreeSet<SegmentId> = {
+            let state = self.lock();
+            state
+                .gone
+                .iter()
+                .copied()
+                .filter(|id| state.pack_refs.contains_key(id))
+                .collect()
+        };
+        if kept.len() == self.lock().gone.len() {
+            return Ok(());
+        }
+        self.write_gone(kept)
     }
 
     fn error(&self, what: &str, e: object_store::Error) -> io::Error {
@@ -1151,8 +1178,8 @@ impl Medium for S3Medium {
         self.readahead.forget(id);
         // Its own runs go; a pack goes with its last live segment. A pack
         // that stays would list this segment again at the next opening:
-        // a tombstone, written first, keeps it deleted.
-        let (runs, dying, tombstone) = {
+        // the gone list, written first, keeps it deleted.
+        let (runs, dying, listed_gone) = {
             let state = self.lock();
             let Some(seg) = state.segments.get(&id) else {
                 return Ok(());
@@ -1177,12 +1204,10 @@ impl Medium for S3Medium {
             }
             (runs, dying, staying)
         };
-        if tombstone {
-            let key = self.key(&layout::gone_name(id));
-            self.runtime
-                .block_on(self.put(&key, Bytes::new(), PutMode::Overwrite))
-                .map_err(|e| self.error(&format!("marking segment {id} deleted"), e))?;
-            self.lock().gone.insert(id);
+        if listed_gone {
+            let mut gone = self.lock().gone.clone();
+            gone.insert(id);
+            self.write_gone(gone)?;
         }
         let mut doomed = runs;
         doomed.extend(dying.iter().map(|n| self.key(n)));
@@ -1197,8 +1222,7 @@ impl Medium for S3Medium {
             }
         }
         self.forget_packs(&dying);
-        self.delete_objects(self.unneeded_tombstones())
-            .map_err(|e| self.error("deleting tombstones", e))
+        self.prune_gone()
     }
 
     fn sync(&self) -> io::Result<()> {

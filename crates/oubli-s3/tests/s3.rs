@@ -263,8 +263,8 @@ fn list_raw(srv: &TestServer, at: &oubli_s3::S3Location) -> Vec<String> {
 
 /// A sync that carries several segments is one PUT (one pack), so the
 /// appends it carries land together; deleting one of its segments keeps
-/// the others and, with a tombstone, stays deleted across a reopen; once
-/// every segment of the pack is deleted, the pack and the tombstone go.
+/// the others and, on the gone list, stays deleted across a reopen; once
+/// every segment of the pack is deleted, the pack goes and the list empties.
 #[test]
 fn several_segments_in_one_sync_are_one_put_and_delete_independently() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,14 +303,13 @@ fn several_segments_in_one_sync_are_one_put_and_delete_independently() {
     let mut buf = [0u8; 14];
     m.read(1, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"data one+ more");
-    let names = list_raw(&srv, &at);
-    assert!(names.contains(&"p/gone/00000002".to_string()), "{names:?}");
-    assert!(names.contains(&"p/gone/00000003".to_string()), "{names:?}");
+    let gone = oubli_s3::layout::decode_gone(&raw_get(&srv, &at, "p/gone"));
+    assert_eq!(gone, Some(vec![2, 3]));
     m.delete_segment(1).unwrap();
-    assert_eq!(
-        list_raw(&srv, &at),
-        vec!["p/lock".to_string(), "p/superblocks".to_string()]
-    );
+    let names = list_raw(&srv, &at);
+    assert_eq!(names, ["p/gone", "p/lock", "p/superblocks"]);
+    let gone = oubli_s3::layout::decode_gone(&raw_get(&srv, &at, "p/gone"));
+    assert_eq!(gone, Some(vec![]));
     drop(m);
     let m = S3Medium::open_with(&at, &srv.config()).unwrap();
     assert!(m.list_segments().unwrap().is_empty());
@@ -352,8 +351,8 @@ fn a_sync_of_many_segments_splits_into_packs_in_append_order() {
 
 /// What a crash can leave: an upload whose answer was lost and that was
 /// sent again with more bytes (two objects from the same offset: the
-/// longer wins), and a deletion cut after its tombstones (the next writer
-/// deletes the dead pack, then the tombstones).
+/// longer wins), and a deletion cut after the gone list named its segments
+/// (the next writer deletes the dead pack, then shortens the list).
 #[test]
 fn overlapping_uploads_and_a_cut_deletion_are_resolved_at_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -383,19 +382,16 @@ fn overlapping_uploads_and_a_cut_deletion_are_resolved_at_open() {
     m.append(9, 0, b"nine").unwrap();
     m.sync().unwrap();
     drop(m);
-    // A deletion of 8 and 9 (one pack) cut after their tombstones: gone at
-    // once, and the next writer deletes the pack, then the tombstones.
-    put_raw(&srv, &at, "gone/00000008", b"");
-    put_raw(&srv, &at, "gone/00000009", b"");
+    // A deletion of 8 and 9 (one pack) cut after the gone list named them:
+    // gone at once, and the next writer deletes the pack, then shortens
+    // the list.
+    put_raw(&srv, &at, "gone", &oubli_s3::layout::encode_gone([8, 9]));
     let m = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
     assert_eq!(m.list_segments().unwrap(), vec![5, 6, 7]);
     let names = list_raw(&srv, &at);
-    assert!(
-        !names
-            .iter()
-            .any(|n| n.starts_with("gone/") || n.contains("00000008")),
-        "{names:?}"
-    );
+    assert!(!names.iter().any(|n| n.contains("00000008")), "{names:?}");
+    let gone = oubli_s3::layout::decode_gone(&raw_get(&srv, &at, "gone"));
+    assert_eq!(gone, Some(vec![]));
     let mut buf = [0u8; 19];
     m.read(5, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"0123456789ABCDEFGH!");

@@ -27,6 +27,11 @@ pub const READ_AHEAD_WINDOWS: usize = 16;
 /// How many windows ahead of a sequential reader are fetched.
 pub const PREFETCH_DEPTH: u64 = 4;
 
+/// How far from the end of the reads so far a read may start and still
+/// continue a stream (the engine opens a large read's cells on several
+/// threads, whose reads reach the medium in any order).
+pub const STREAM_SLACK: u64 = 1 << 20;
+
 /// A run as the reader sees it: `run_len` bytes of the segment from
 /// `run_at`, stored in `object` from byte `base`.
 #[derive(Clone)]
@@ -76,17 +81,21 @@ impl ReadAhead {
     }
 
     /// How many reads of segment `id` in a row, this one included, each
-    /// started where the one before ended (0: this one does not continue
-    /// the last); records where this one ends. One continued read reads
-    /// through windows; from the second the windows ahead are fetched too
-    /// (two neighbouring random reads should not cost 16 MiB of GETs).
+    /// started near where the furthest one before ended (0: this one does
+    /// not continue them); records where this one ends. "Near" is within
+    /// [`STREAM_SLACK`]: a reader that splits a large read over threads
+    /// issues its parts in any order. One continued read reads through
+    /// windows; from the second the windows ahead are fetched too (two
+    /// neighbouring random reads should not cost 16 MiB of GETs).
     pub fn streak(&self, id: SegmentId, offset: u64, end: u64) -> u32 {
         let mut w = self.lock();
-        let streak = match w.last_end.get(&id) {
-            Some(&(last, n)) if last == offset => n.saturating_add(1),
-            _ => 0,
+        let (streak, furthest) = match w.last_end.get(&id) {
+            Some(&(last, n)) if offset.abs_diff(last) <= STREAM_SLACK => {
+                (n.saturating_add(1), last.max(end))
+            }
+            _ => (0, end),
         };
-        w.last_end.insert(id, (end, streak));
+        w.last_end.insert(id, (furthest, streak));
         streak
     }
 

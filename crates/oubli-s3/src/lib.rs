@@ -135,6 +135,17 @@ struct State {
     stale_runs: Vec<ObjectPath>,
 }
 
+impl State {
+    /// Records a pack on the server and which segments it holds pieces of.
+    fn add_pack(&mut self, name: Arc<str>, pieces: Vec<Piece>) {
+        for p in &pieces {
+            let refs = self.pack_refs.entry(p.id).or_default();
+            refs.insert(name.clone());
+        }
+        self.packs.insert(name, pieces);
+    }
+}
+
 /// The superblocks object: its ETag (`None`: it does not exist), the
 /// layout it announces, and the slots.
 #[derive(Clone, Default)]
@@ -542,32 +553,17 @@ impl S3Medium {
                     ));
                 }
                 Object::Pack(listed) => {
-                    let name: Arc<str> = name.into();
-                    let mut base = 0;
-                    for p in &listed {
-                        pieces.entry(p.id).or_default().push((
-                            p.offset,
-                            p.len,
-                            meta.location.clone(),
-                            base,
-                        ));
-                        state
-                            .pack_refs
-                            .entry(p.id)
-                            .or_default()
-                            .insert(name.clone());
-                        base += p.len;
-                    }
-                    if base != meta.size {
-                        // Not what this layout writes: ignore the pack.
-                        for p in &listed {
-                            if let Some(v) = pieces.get_mut(&p.id) {
-                                v.retain(|(_, _, o, _)| *o != meta.location);
-                            }
-                        }
+                    if listed.iter().map(|p| p.len).sum::<u64>() != meta.size {
+                        // Not what this layout writes: ignored.
                         continue;
                     }
-                    state.packs.insert(name, listed);
+                    let mut base = 0;
+                    for p in &listed {
+                        let at = (p.offset, p.len, meta.location.clone(), base);
+                        pieces.entry(p.id).or_default().push(at);
+                        base += p.len;
+                    }
+                    state.add_pack(name.into(), listed);
                 }
                 Object::Other => {}
             }
@@ -868,23 +864,16 @@ impl S3Medium {
         let mut base = 0;
         for p in pieces {
             if let Some(seg) = state.segments.get_mut(&p.id) {
-                seg.runs.insert(
-                    p.offset,
-                    Run {
-                        len: p.len,
-                        object: object.clone(),
-                        base,
-                    },
-                );
+                let run = Run {
+                    len: p.len,
+                    object: object.clone(),
+                    base,
+                };
+                seg.runs.insert(p.offset, run);
             }
-            state
-                .pack_refs
-                .entry(p.id)
-                .or_default()
-                .insert(name.clone());
             base += p.len;
         }
-        state.packs.insert(name, pieces.to_vec());
+        state.add_pack(name, pieces.to_vec());
         Ok(())
     }
 

@@ -279,6 +279,32 @@ impl MemMedium {
         Self::from_states(capacity, durable, current, pending)
     }
 
+    /// A synced medium holding what `pieces` (`(segment, offset, bytes)`,
+    /// possibly several per segment, in any order) cover, zeros in any gap:
+    /// the segments an adversary rebuilds from everything a medium ever
+    /// held (every version an object store kept, say).
+    pub fn from_pieces(pieces: impl IntoIterator<Item = (SegmentId, u64, Vec<u8>)>) -> Self {
+        let mut whole: BTreeMap<SegmentId, Vec<u8>> = BTreeMap::new();
+        for (id, at, bytes) in pieces {
+            let seg = whole.entry(id).or_default();
+            let end = at as usize + bytes.len();
+            if seg.len() < end {
+                seg.resize(end, 0);
+            }
+            seg[at as usize..end].copy_from_slice(&bytes);
+        }
+        let medium = MemMedium::new();
+        for (id, bytes) in whole {
+            if !bytes.is_empty() {
+                medium
+                    .append(id, 0, &bytes)
+                    .expect("a fresh in-memory segment");
+            }
+        }
+        medium.sync().expect("in-memory sync");
+        medium
+    }
+
     /// This medium, declaring that a power cut keeps appends in order (as
     /// object storage does, where a sync is one atomic request): crash it
     /// only with the tear modes that keep a prefix of the pending writes

@@ -1,9 +1,10 @@
 //! Bucket-level S3 requests object_store does not offer (create a bucket, turn versioning on, list and fetch every version of an object), signed by object_store's own SigV4 signer.
 //!
 //! The tests use them to prepare a bucket and to act as the adversary who
-//! keeps every version; `versions` also serves purging old versions.
+//! keeps every version ([`Admin::history`], which `oubli audit
+//! --with-versions` uses too); `versions` also serves purging old versions.
 
-use crate::config::S3Config;
+use crate::config::{S3Config, S3Location};
 use bytes::Bytes;
 use object_store::aws::{AwsAuthorizer, AwsCredential};
 use object_store::client::{
@@ -21,6 +22,20 @@ pub struct ObjectVersion {
     pub delete_marker: bool,
     /// The object's current version (a current delete marker: the object is deleted).
     pub is_latest: bool,
+}
+
+/// Everything a bucket kept of one store: what the provider, its replicas
+/// and its backups hold.
+#[derive(Default)]
+pub struct History {
+    /// Every segment byte any version of any run or pack holds, as
+    /// `(segment, offset, bytes)` (runs are written once: the versions of
+    /// one segment never disagree).
+    pub pieces: Vec<(oubli_core::SegmentId, u64, Vec<u8>)>,
+    /// Every slot of every version of the superblocks object, each once.
+    pub superblocks: Vec<Vec<u8>>,
+    /// Object versions read (delete markers not counted).
+    pub versions: usize,
 }
 
 /// Signed requests against one endpoint (path-style).
@@ -142,6 +157,38 @@ impl Admin {
             ));
         }
         Ok(out)
+    }
+
+    /// Reads every version of every object of the store at `at` (on a
+    /// bucket without versioning: its current objects).
+    pub fn history(&self, at: &S3Location) -> io::Result<History> {
+        let mut history = History::default();
+        for v in self.versions(&at.bucket, &at.prefix)? {
+            if v.delete_marker {
+                continue;
+            }
+            let Some(name) = v.key.strip_prefix(at.prefix.as_str()) else {
+                continue;
+            };
+            let bytes = self.get_version(&at.bucket, &v.key, &v.version_id)?;
+            history.versions += 1;
+            if name == "superblocks" {
+                let slots = crate::decode_superblocks(&bytes).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{at}: a version of the superblocks object is malformed"),
+                    )
+                })?;
+                history.superblocks.extend(slots.into_iter().flatten());
+            } else {
+                for (id, offset, piece) in crate::layout::pieces_of(name, &bytes) {
+                    history.pieces.push((id, offset, piece.to_vec()));
+                }
+            }
+        }
+        history.superblocks.sort();
+        history.superblocks.dedup();
+        Ok(history)
     }
 
     /// The bytes of one version of an object.

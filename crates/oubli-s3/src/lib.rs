@@ -47,7 +47,7 @@ pub mod layout;
 mod readahead;
 pub mod test_server;
 
-pub use admin::{Admin, ObjectVersion};
+pub use admin::{Admin, History, ObjectVersion};
 pub use config::{S3Config, S3Location};
 use readahead::{ReadAhead, RunRef};
 pub use readahead::{PREFETCH_DEPTH, READ_AHEAD, READ_AHEAD_WINDOWS};

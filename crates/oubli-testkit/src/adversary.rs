@@ -40,23 +40,7 @@ impl Adversary {
         segments: impl IntoIterator<Item = (oubli_core::SegmentId, u64, Vec<u8>)>,
         superblocks: Vec<Vec<u8>>,
     ) -> Adversary {
-        let mut whole: std::collections::BTreeMap<oubli_core::SegmentId, Vec<u8>> =
-            Default::default();
-        for (id, at, bytes) in segments {
-            let seg = whole.entry(id).or_default();
-            let end = at as usize + bytes.len();
-            if seg.len() < end {
-                seg.resize(end, 0);
-            }
-            seg[at as usize..end].copy_from_slice(&bytes);
-        }
-        let medium = MemMedium::new();
-        for (id, bytes) in whole {
-            if !bytes.is_empty() {
-                medium.append(id, 0, &bytes).expect("in-memory append");
-            }
-        }
-        medium.sync().expect("in-memory sync");
+        let medium = MemMedium::from_pieces(segments);
         Adversary {
             superblocks,
             medium: Arc::new(medium),
@@ -66,29 +50,12 @@ impl Adversary {
     /// Seizes every version of every object a versioned bucket kept under
     /// `prefix` (what the cloud provider, its backups and its replicas hold).
     pub fn seize_bucket(admin: &oubli_s3::Admin, bucket: &str, prefix: &str) -> Adversary {
-        let mut segments = Vec::new();
-        let mut superblocks = Vec::new();
-        for v in admin.versions(bucket, prefix).expect("list versions") {
-            if v.delete_marker {
-                continue;
-            }
-            let bytes = admin
-                .get_version(bucket, &v.key, &v.version_id)
-                .expect("get a version");
-            let name = &v.key[prefix.len()..];
-            if name == "superblocks" {
-                let slots = oubli_s3::decode_superblocks(&bytes).expect("superblocks object");
-                superblocks.extend(slots.into_iter().flatten());
-            } else {
-                // Runs and packs: every segment byte any version holds.
-                for (id, at, piece) in oubli_s3::layout::pieces_of(name, &bytes) {
-                    segments.push((id, at, piece.to_vec()));
-                }
-            }
-        }
-        superblocks.sort();
-        superblocks.dedup();
-        Adversary::from_parts(segments, superblocks)
+        let at = oubli_s3::S3Location {
+            bucket: bucket.into(),
+            prefix: prefix.into(),
+        };
+        let history = admin.history(&at).expect("every version of the store");
+        Adversary::from_parts(history.pieces, history.superblocks)
     }
 
     /// Opens everything the given vault records unlock.

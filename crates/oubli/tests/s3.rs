@@ -60,6 +60,9 @@ fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
         .assert()
         .success()
         .stdout("MARKER-the-deleted-secret");
+    // The vault as it was while the secret lived: the control below.
+    let old_vault = dir.path().join("vault.old");
+    std::fs::copy(dir.path().join("vault"), &old_vault).unwrap();
     cmd("here")
         .args(["rm", "secret", "--purge"])
         .assert()
@@ -73,6 +76,20 @@ fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
         .success()
         .stdout(predicate::str::contains("nothing deleted can be recovered"));
     cmd("here").args(["fsck"]).assert().success();
+    // The provider's view: every version the bucket kept + the vault.
+    cmd("here")
+        .args(["audit", "--with-versions"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("every version:"))
+        .stdout(predicate::str::contains("nothing deleted can be recovered"));
+    // Control: with the old vault too, the kept versions give the secret up.
+    cmd("here")
+        .args(["audit", "--with-versions", "--with-vault-copy"])
+        .arg(&old_vault)
+        .assert()
+        .code(10)
+        .stdout(predicate::str::contains("ERASURE FAILURE"));
 
     // The bucket kept old versions; gc --purge-versions removes them.
     let admin = server.admin();
@@ -92,15 +109,21 @@ fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
         .stdout(predicate::str::contains("old version(s)"));
     assert_eq!(old(&admin), 0);
     cmd("here").args(["get", "kept", "-"]).assert().success();
-    // --purge-versions on a directory store is a usage error.
-    let mut local = Command::cargo_bin("oubli").unwrap();
-    local
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("OUBLI_STORE", dir.path().join("no-store"))
-        .args(["gc", "--purge-versions"])
-        .assert()
-        .code(2);
+    // --purge-versions and --with-versions on a directory store are usage errors.
+    for args in [
+        &["gc", "--purge-versions"][..],
+        &["audit", "--with-versions"],
+    ] {
+        let mut local = Command::cargo_bin("oubli").unwrap();
+        local
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("OUBLI_STORE", dir.path().join("no-store"))
+            .env("OUBLI_PASSWORD", PASSWORD)
+            .args(args)
+            .assert()
+            .code(2);
+    }
 }
 
 #[test]

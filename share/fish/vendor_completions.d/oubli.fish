@@ -204,6 +204,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand audit" -l vault -d 'The vaul
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-versions -d 'On S3: every version the bucket kept of every object of the store, as the provider holds them'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F

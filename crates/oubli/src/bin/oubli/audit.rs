@@ -140,13 +140,23 @@ fn superblocks(medium: &dyn Medium) -> std::io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// `oubli audit [--with-copy DIR]... [--with-vault-copy FILE]... [--json]`.
+/// `oubli audit [--with-copy DIR]... [--with-versions] [--with-vault-copy FILE]... [--json]`.
 pub fn audit(
     g: &Global,
     copies: &[PathBuf],
+    with_versions: bool,
     vault_copies: &[PathBuf],
     json: bool,
 ) -> Result<String, Failure> {
+    let versions_of = match (with_versions, &g.remote) {
+        (false, _) => None,
+        (true, Some(at)) => Some(at),
+        (true, None) => {
+            return Err(Failure::usage(
+                "--with-versions is for a store in an S3 bucket (--store s3://...)",
+            ))
+        }
+    };
     g.require_store()?;
     let _lock = g.lock(Access::Read)?;
     let provider = session::provider();
@@ -182,7 +192,9 @@ pub fn audit(
         }
         // An old copy of the vault: it cannot open the store, but it may
         // open old copies of the medium — exactly what must be shown.
-        Err(e @ Error::VaultBehind { .. }) if !copies.is_empty() => (Judge::Stale(e), None),
+        Err(e @ Error::VaultBehind { .. }) if !copies.is_empty() || with_versions => {
+            (Judge::Stale(e), None)
+        }
         Err(e) => return Err(g.fail(e)),
     };
 
@@ -207,10 +219,17 @@ pub fn audit(
     // and never reuse an address, so the address identifies it).
     let mut seen = HashSet::new();
     let mut total_copies = Counts::default();
+    let mut sources = Vec::new();
     for path in copies {
+        sources.push(dir_copy(path)?);
+    }
+    if let Some(at) = versions_of {
+        sources.push(versions_copy(g, at)?);
+    }
+    for copy in sources {
         let copy = audit_copy(
             g,
-            path,
+            copy,
             &keys,
             &provider,
             &scheme,
@@ -287,17 +306,16 @@ fn own_report(r: AuditReport) -> OwnReport {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn audit_copy(
-    g: &Global,
-    path: &Path,
-    keys: &[VaultRecord],
-    provider: &Arc<dyn CryptoProvider>,
-    scheme: &Arc<dyn KeyScheme>,
-    judge: &Judge,
-    seen: &mut HashSet<u64>,
-    total: &mut Counts,
-) -> Result<CopyReport, Failure> {
+/// What the adversary holds besides the store's own medium: a medium and
+/// the superblocks to open it with.
+struct Copy {
+    label: String,
+    medium: Arc<dyn Medium>,
+    superblocks: Vec<Vec<u8>>,
+}
+
+/// `--with-copy DIR`: an old copy of the store directory.
+fn dir_copy(path: &Path) -> Result<Copy, Failure> {
     let bad_copy = |e: Error| {
         let code = oubli::exit_code(&e);
         Failure::new(
@@ -313,9 +331,49 @@ fn audit_copy(
             source: e,
         })
     })?;
+    Ok(Copy {
+        label: path.display().to_string(),
+        medium: Arc::new(medium),
+        superblocks: blocks,
+    })
+}
+
+/// `--with-versions`: every version the store's bucket kept of every
+/// object (what the provider, its replicas and its backups hold), as one
+/// copy: the segments rebuilt from every run and pack version, opened with
+/// every superblock any version held.
+fn versions_copy(g: &Global, at: &oubli_s3::S3Location) -> Result<Copy, Failure> {
+    let failed = |e: std::io::Error| {
+        g.fail(Error::Io {
+            context: format!("reading every version of {at}"),
+            source: e,
+        })
+    };
+    let config = oubli_s3::S3Config::from_env().map_err(failed)?;
+    let history = oubli_s3::Admin::new(&config)
+        .and_then(|admin| admin.history(at))
+        .map_err(failed)?;
+    Ok(Copy {
+        label: format!("{at} (every version: {} objects)", history.versions),
+        medium: Arc::new(oubli::MemMedium::from_pieces(history.pieces)),
+        superblocks: history.superblocks,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn audit_copy(
+    g: &Global,
+    copy: Copy,
+    keys: &[VaultRecord],
+    provider: &Arc<dyn CryptoProvider>,
+    scheme: &Arc<dyn KeyScheme>,
+    judge: &Judge,
+    seen: &mut HashSet<u64>,
+    total: &mut Counts,
+) -> Result<CopyReport, Failure> {
     let recovery = recover(
-        &blocks,
-        Arc::new(medium),
+        &copy.superblocks,
+        copy.medium,
         keys,
         provider.clone(),
         scheme.clone(),
@@ -337,7 +395,7 @@ fn audit_copy(
     }
     total.unreadable_units += recovery.failures;
     Ok(CopyReport {
-        path: path.display().to_string(),
+        path: copy.label,
         epochs_opened: recovery.epochs_opened.iter().copied().collect(),
         units_opened: here.len(),
         counts,

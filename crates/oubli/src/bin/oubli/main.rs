@@ -180,6 +180,9 @@ enum Command {
         /// An old copy of the vault file the adversary also holds; repeatable
         #[arg(long = "with-vault-copy", value_name = "FILE")]
         with_vault_copy: Vec<PathBuf>,
+        /// On S3: every version the bucket kept of every object of the store, as the provider holds them
+        #[arg(long)]
+        with_versions: bool,
         /// Print JSON
         #[arg(long)]
         json: bool,
@@ -324,8 +327,9 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Audit {
             with_copy,
             with_vault_copy,
+            with_versions,
             json,
-        } => audit::audit(&g, &with_copy, &with_vault_copy, json),
+        } => audit::audit(&g, &with_copy, with_versions, &with_vault_copy, json),
         Command::Fsck { json } => admin::fsck(&g, json),
         Command::Serve(args) => serve::serve(&g, args),
         Command::Mount(args) => mount::mount(&g, args),

@@ -38,12 +38,12 @@ fn subjects() -> Vec<Subject> {
         Subject {
             name: "directory",
             make: |p| Box::new(DirMedium::create(p.join("store")).unwrap()),
-            reopen: Some(|p| Box::new(DirMedium::open(p.join("store")).unwrap())),
+            reopen: Some(|p| Box::new(unlocked(|| DirMedium::open(p.join("store"))))),
         },
         Subject {
             name: "file",
             make: |p| Box::new(FileMedium::create(p.join("store.img"), None, SEGMENT).unwrap()),
-            reopen: Some(|p| Box::new(FileMedium::open(p.join("store.img")).unwrap())),
+            reopen: Some(|p| Box::new(unlocked(|| FileMedium::open(p.join("store.img"))))),
         },
         Subject {
             name: "s3 (versitygw, versioned bucket)",
@@ -65,6 +65,22 @@ fn subjects() -> Vec<Subject> {
             reopen: None,
         },
     ]
+}
+
+/// Opens a medium whose previous handle was just dropped. Its lock (an
+/// `flock`) can outlive the drop by a moment: a test running in parallel
+/// that forks a child (an S3 server) lends the child every descriptor until
+/// its `exec` closes them, the lock's among them.
+fn unlocked<M>(open: impl Fn() -> std::io::Result<M>) -> M {
+    for _ in 0..100 {
+        match open() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            other => return other.unwrap(),
+        }
+    }
+    open().unwrap()
 }
 
 /// The S3 servers of the running tests, one per scratch directory: a

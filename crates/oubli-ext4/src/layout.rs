@@ -200,6 +200,9 @@ impl Superblock {
             backup_bgs: [f(0x24C)?, f(0x250)?],
             fingerprint: fingerprint(sb),
         };
+        if s.ro_compat & RO_COMPAT_BIGALLOC != 0 {
+            return Err(Unsupported::Bigalloc);
+        }
         s.sanity()?;
         Ok(Some(s))
     }

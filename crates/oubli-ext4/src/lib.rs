@@ -26,7 +26,8 @@ pub use audit::{free_space, FreeSpace};
 pub use bytes::crc32c_raw;
 pub use layout::{Layout, Reader, Unsupported};
 
-use journal::{JournalSb, Tag};
+pub use journal::JournalSb;
+use journal::Tag;
 use layout::{bit, merge_ranges, SUPERBLOCK_LEN, SUPERBLOCK_OFFSET};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -172,6 +173,10 @@ impl Ext4Tracker {
     }
     pub fn layout(&self) -> Option<&Layout> {
         self.lay.as_ref()
+    }
+    /// The journal superblock as last read or written.
+    pub fn journal_sb(&self) -> Option<&JournalSb> {
+        self.jsb.as_ref()
     }
 
     /// Learns the layout again from the device. Keeps what it knows when

@@ -19,6 +19,8 @@
 
 pub mod audit;
 mod bytes;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 pub mod layout;
 
@@ -620,7 +622,7 @@ impl Ext4Tracker {
             let mut i = 0u64;
             while i < len {
                 // Skip whole bytes in use.
-                if i % 8 == 0 && map.get((i / 8) as usize) == Some(&0xFF) {
+                if i.is_multiple_of(8) && map.get((i / 8) as usize) == Some(&0xFF) {
                     i += 8;
                     continue;
                 }

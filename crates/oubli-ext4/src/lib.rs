@@ -108,6 +108,12 @@ pub struct Ext4Tracker {
     /// (sequence, log position) from the last journal superblock written.
     jsb_start: Option<(u32, u64)>,
     last_commit: Option<(u32, u64)>,
+    /// A journal superblock restarting the log was written since the last commit.
+    jsb_restart: bool,
+    /// Since the last commit, something in the journal could not be read as
+    /// jbd2 wrote it (a commit block with a bad checksum): a gap in the
+    /// sequence is then not explained by a remount.
+    doubt: bool,
     jlog: HashMap<u64, JBlock>,
     /// Copies' (sequence, home) by log position, from descriptors seen.
     expect: HashMap<u64, (u32, u64)>,
@@ -140,6 +146,8 @@ impl Ext4Tracker {
             jsb: None,
             jsb_start: None,
             last_commit: None,
+            jsb_restart: false,
+            doubt: false,
             jlog: HashMap::new(),
             expect: HashMap::new(),
             jlog_bytes: 0,
@@ -235,6 +243,8 @@ impl Ext4Tracker {
         self.jsb = None;
         self.jsb_start = None;
         self.last_commit = None;
+        self.jsb_restart = false;
+        self.doubt = false;
         self.jlog.clear();
         self.expect.clear();
         self.jlog_bytes = 0;
@@ -368,6 +378,7 @@ impl Ext4Tracker {
                 Ok(jsb) => {
                     if jsb.start != 0 {
                         self.jsb_start = Some((jsb.sequence, jsb.start));
+                        self.jsb_restart = true;
                     }
                     self.jsb = Some(jsb);
                 }
@@ -379,6 +390,7 @@ impl Ext4Tracker {
                 Err(e) => {
                     obs.notes.push(format!("journal superblock unusable ({e}): commits are not followed until it is rewritten"));
                     self.jsb = None;
+                    self.doubt = true;
                 }
             }
             return;
@@ -519,20 +531,33 @@ impl Ext4Tracker {
             obs.notes.push(format!(
                 "commit block of transaction {seq} with a bad checksum: not a commit"
             ));
+            self.doubt = true;
             return;
         }
         self.counters.commits += 1;
-        let follows = self
-            .last_commit
-            .is_some_and(|(s, _)| s.wrapping_add(1) == seq);
+        // The previous transaction is the last commit seen, or the log was
+        // restarted (mount, recovery: jbd2 skips sequence numbers) after it
+        // with nothing doubtful in between.
+        let restarted = self.jsb_restart
+            && !self.doubt
+            && self.jsb_start.is_some_and(|(s, _)| s == seq)
+            && self
+                .last_commit
+                .is_some_and(|(s, _)| (1..1 << 31).contains(&seq.wrapping_sub(s)));
+        let follows = restarted
+            || self
+                .last_commit
+                .is_some_and(|(s, _)| s.wrapping_add(1) == seq);
         if let (Some((s, _)), false) = (self.last_commit, follows) {
             obs.notes.push(format!(
                 "journal sequence went from {s} to {seq}: this commit drops nothing"
             ));
         }
         let mut starts = Vec::new();
-        if let (Some((_, p)), true) = (self.last_commit, follows) {
-            starts.push(jsb.next(p));
+        if let (Some((s, p)), true) = (self.last_commit, follows) {
+            if s.wrapping_add(1) == seq {
+                starts.push(jsb.next(p));
+            }
         }
         if let Some((s, p)) = self.jsb_start {
             if s == seq {
@@ -597,6 +622,8 @@ impl Ext4Tracker {
         self.jlog_bytes = 0;
         self.jlog_lost = false;
         self.last_commit = Some((seq, pos));
+        self.jsb_restart = false;
+        self.doubt = false;
     }
 
     /// Drops every candidate of the dirty groups not written since the previous commit.

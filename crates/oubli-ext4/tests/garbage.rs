@@ -30,7 +30,7 @@ fn synthetic_image_loads() {
 fn random_writes_never_panic_nor_drop_metadata() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut ops = 0;
-    for round in 0..600 {
+    for round in 0..300 {
         let mut img = synth_image();
         let mut t = Ext4Tracker::load(&mut common::reader(&img)).unwrap();
         let input = rng.bytes(4096 + (round % 7) * 1000);

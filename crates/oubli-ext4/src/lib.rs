@@ -380,7 +380,16 @@ impl Ext4Tracker {
                         self.jsb_start = Some((jsb.sequence, jsb.start));
                         self.jsb_restart = true;
                     }
+                    let empty_after_last = jsb.start == 0
+                        && !self.doubt
+                        && !self.jlog_lost
+                        && self
+                            .last_commit
+                            .is_some_and(|(s, _)| s.wrapping_add(1) == jsb.sequence);
                     self.jsb = Some(jsb);
+                    if empty_after_last {
+                        self.quiesced(obs);
+                    }
                 }
                 Err(e @ Unsupported::FastCommit) => {
                     obs.notes.push(format!("stopped inferring deletes: {e}"));
@@ -595,6 +604,34 @@ impl Ext4Tracker {
                 }
             }
         }
+        let written = self.absorb_written();
+        if complete && follows {
+            self.scan(&written, obs);
+        } else {
+            self.counters.commits_unanchored += 1;
+        }
+        self.jlog.clear();
+        self.expect.clear();
+        self.jlog_bytes = 0;
+        self.jlog_lost = false;
+        self.last_commit = Some((seq, pos));
+        self.jsb_restart = false;
+        self.doubt = false;
+    }
+
+    /// The journal was marked empty right after the last commit seen
+    /// (unmount, `jbd2_journal_flush`): every transaction is committed and no
+    /// other runs, so no block free in the committed bitmaps can belong to a
+    /// later one — even those written since the previous commit. Drops them
+    /// all; this point also anchors like a commit (writes start again).
+    fn quiesced(&mut self, obs: &mut Observation) {
+        self.absorb_written();
+        self.scan(&[], obs);
+    }
+
+    /// Marks the blocks written since the last commit as possibly holding
+    /// data (and their groups as having candidates); returns them, merged.
+    fn absorb_written(&mut self) -> Vec<(u64, u64)> {
         let written = merge_ranges(std::mem::take(&mut self.written));
         if let Some(lay) = &self.lay {
             for &(a, b) in &written {
@@ -612,18 +649,7 @@ impl Ext4Tracker {
                 }
             }
         }
-        if complete && follows {
-            self.scan(&written, obs);
-        } else {
-            self.counters.commits_unanchored += 1;
-        }
-        self.jlog.clear();
-        self.expect.clear();
-        self.jlog_bytes = 0;
-        self.jlog_lost = false;
-        self.last_commit = Some((seq, pos));
-        self.jsb_restart = false;
-        self.doubt = false;
+        written
     }
 
     /// Drops every candidate of the dirty groups not written since the previous commit.

@@ -383,3 +383,44 @@ fn one_write_holding_a_whole_transaction() {
     assert!(o.freed.is_empty());
     assert_eq!(r.t.counters().commits_incomplete, 1);
 }
+
+#[test]
+fn an_empty_journal_after_the_last_commit_drops_the_suspicious() {
+    if !require("mkfs.ext4", "e2fsprogs") {
+        return;
+    }
+    let mut r = Rig::new(0x12);
+    let bs = r.bs;
+    let free = free_space(&mut reader(&r.img)).unwrap().unwrap();
+    let first = r.t.layout().unwrap().sb.first_data_block;
+    let (home, base) = r.bitmap(0);
+    let x = (first..first + 8192).find(|&b| free.is_free(b)).unwrap();
+    let mut used = base.clone();
+    set(&mut used, x - first, true);
+    r.tx(100, &[(home, used.clone())], &[], false);
+    r.put(x, &vec![0x55; bs as usize]);
+    r.tx(101, &[(home, used.clone())], &[], false);
+    // Freed in 102, but written after 101's commit (a late data write): kept.
+    r.put(x, &vec![0x56; bs as usize]);
+    let o = r.tx(102, &[(home, base.clone())], &[], false);
+    assert!(!blocks(&o.freed, bs).contains(&x));
+    assert_eq!(r.t.counters().suspicious_now, 1);
+    let old = r.journal_read(0);
+    // A journal superblock that does not follow 102: nothing.
+    let o = r.put_journal(0, &r.jbd.superblock(&old, 105, 0));
+    assert!(o.freed.is_empty());
+    // Marked empty right after 102 (unmount): nothing else can run.
+    let o = r.put_journal(0, &r.jbd.superblock(&old, 103, 0));
+    assert_eq!(blocks(&o.freed, bs), vec![x]);
+    // The next mount restarts the log at 103: anchored at once.
+    let p = r.pos as u32;
+    r.put_journal(0, &r.jbd.superblock(&old, 103, p));
+    let mut b2 = base.clone();
+    let y = (x + 1..first + 8192).find(|&b| free.is_free(b)).unwrap();
+    set(&mut b2, y - first, true);
+    r.tx(103, &[(home, b2.clone())], &[], false);
+    r.put(y, &vec![0x57; bs as usize]);
+    r.tx(104, &[(home, b2.clone())], &[], false);
+    let o = r.tx(105, &[(home, base.clone())], &[], false);
+    assert_eq!(blocks(&o.freed, bs), vec![y]);
+}

@@ -516,6 +516,15 @@ fn ext4_deletions_inferred_without_trim() {
         status.contains("0 trims received"),
         "never trimmed: {status}"
     );
+    // The audit (oracle: the ext4's own bitmaps) finds no free block the store still holds.
+    let mut rig = rig;
+    rig.detach();
+    assert!(rig.stop_server());
+    let (ok, out) = run(rig
+        .oubli()
+        .args(["audit", "--fs", "ext4", "--export", "disk"]));
+    eprintln!("audit with inference: {out}");
+    assert!(ok && out.contains("the store holds 0 of them"), "{out}");
     drop(rig);
 
     // Control: the same without inference leaves the deleted files readable.
@@ -530,6 +539,50 @@ fn ext4_deletions_inferred_without_trim() {
         "control: without inference the deleted files stay: {}",
         leaked.len()
     );
+    // The audit lists what the file system freed (exit 10); --erase drops it.
+    let mut rig = rig;
+    rig.detach();
+    assert!(rig.stop_server());
+    let out = rig
+        .oubli()
+        .args(["audit", "--fs", "ext4", "--export", "disk"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "audit without inference: {}",
+        text.lines().next().unwrap_or("")
+    );
+    assert_eq!(out.status.code(), Some(10), "{text}");
+    assert!(text.contains("LEAKED"), "{text}");
+    let (ok, out) = run(rig
+        .oubli()
+        .args(["audit", "--fs", "ext4", "--export", "disk", "--erase"]));
+    assert!(ok && out.contains("erased"), "{out}");
+    let (ok, out) = run(rig
+        .oubli()
+        .args(["audit", "--fs", "ext4", "--export", "disk"]));
+    assert!(ok && out.contains("the store holds 0 of them"), "{out}");
+    let (s2, v2) = snapshot(&rig, "after-erase");
+    let gone: Vec<usize> = (0..60).filter(|f| f % 4 != 0).chain(TREE).collect();
+    let found = recoverable(&s2, &v2, &gone);
+    let still: Vec<usize> = gone.iter().copied().filter(|f| found[f]).collect();
+    assert!(still.is_empty(), "after audit --erase: {still:?}");
+    // The file system is intact.
+    rig.start_server();
+    rig.attach();
+    let (ok, out) = run(Command::new("e2fsck").args(["-f", "-n"]).arg(rig.dev()));
+    assert!(ok, "e2fsck -fn after audit --erase:\n{out}");
+    rig.mount("ro");
+    for f in (0..60).filter(|f| f % 4 == 0) {
+        let len = [100, 4096, 5000, 70_000, 333_333][f % 5] + f;
+        let p = rig.path("mnt").join(format!("d{}/f{f}", f % 4));
+        assert!(
+            std::fs::read(p).unwrap() == content(f, len),
+            "file {f} after audit --erase"
+        );
+    }
     drop(rig);
 }
 

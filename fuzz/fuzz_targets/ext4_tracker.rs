@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
         let o = o as usize;
         b.copy_from_slice(&im[o..o + b.len()]);
         Ok(())
-    })
+    }, im.len() as u64)
     .expect("the synthetic image loads");
     let bad = run(&mut img, &mut t, data);
     assert!(bad.is_empty(), "dropped fixed metadata: {bad:?}");

@@ -30,10 +30,14 @@ impl FreeSpace {
 /// Blocks that are the file system's own metadata (superblocks, descriptor
 /// tables, bitmaps, inode tables, the journal) are never reported free, even
 /// if a (corrupt) bitmap says so.
-pub fn free_space(read: &mut Reader<'_>) -> Result<Option<FreeSpace>, Unsupported> {
+pub fn free_space(
+    read: &mut Reader<'_>,
+    device_size: u64,
+) -> Result<Option<FreeSpace>, Unsupported> {
     let Some(sb) = read_superblock(read)? else {
         return Ok(None);
     };
+    sb.check_fits(device_size)?;
     sb.check_readable()?;
     if sb.incompat & INCOMPAT_RECOVER != 0 {
         return Err(Unsupported::NeedsRecovery);
@@ -42,7 +46,7 @@ pub fn free_space(read: &mut Reader<'_>) -> Result<Option<FreeSpace>, Unsupporte
     let mut meta = fixed_metadata(&sb, &groups);
     if sb.check_followable().is_ok() {
         // Ext4 marks the journal in use; keep it out even if a bitmap is wrong.
-        if let Ok(Some(l)) = Layout::load(read) {
+        if let Ok(Some(l)) = Layout::load(read, device_size) {
             meta = l.pinned;
         }
     }

@@ -244,6 +244,18 @@ impl Superblock {
         Ok(())
     }
 
+    /// A file system larger than its device is corrupt (and would make the
+    /// tracker allocate for blocks that do not exist).
+    pub fn check_fits(&self, device_size: u64) -> Result<(), Unsupported> {
+        match self.blocks_count.checked_mul(self.block_size) {
+            Some(n) if n <= device_size => Ok(()),
+            _ => Err(corrupt(format!(
+                "{} blocks of {} bytes on a device of {device_size} bytes",
+                self.blocks_count, self.block_size
+            ))),
+        }
+    }
+
     /// The refusal rules for following a file system's journal.
     pub fn check_followable(&self) -> Result<(), Unsupported> {
         self.check_readable()?;
@@ -683,10 +695,11 @@ fn walk_indirect(
 impl Layout {
     /// Learns the layout of the ext4 on the device and checks that it can be
     /// followed. `Ok(None)`: no ext4 there (yet).
-    pub fn load(read: &mut Reader<'_>) -> Result<Option<Layout>, Unsupported> {
+    pub fn load(read: &mut Reader<'_>, device_size: u64) -> Result<Option<Layout>, Unsupported> {
         let Some(sb) = read_superblock(read)? else {
             return Ok(None);
         };
+        sb.check_fits(device_size)?;
         sb.check_followable()?;
         let groups = read_groups(read, &sb)?;
         let (journal, journal_blocks) = journal_map(read, &sb, &groups)?;

@@ -103,6 +103,8 @@ struct Walk {
 #[derive(Debug, Clone)]
 pub struct Ext4Tracker {
     mode: Mode,
+    /// The device's size: a file system said to be larger is refused.
+    device_size: u64,
     lay: Option<Layout>,
     jsb: Option<JournalSb>,
     /// (sequence, log position) from the last journal superblock written.
@@ -137,11 +139,13 @@ impl Default for Ext4Tracker {
 }
 
 impl Ext4Tracker {
-    /// A tracker that knows nothing yet: it asks to learn the layout when
-    /// the superblock is written.
+    /// A tracker that knows nothing yet (for a device of 0 bytes until
+    /// [`Self::set_device_size`]): it asks to learn the layout when the
+    /// superblock is written.
     pub fn new() -> Self {
         Ext4Tracker {
             mode: Mode::Waiting,
+            device_size: 0,
             lay: None,
             jsb: None,
             jsb_start: None,
@@ -162,10 +166,16 @@ impl Ext4Tracker {
 
     /// A tracker for the device `read` reads: refuses a file system it
     /// cannot follow; a device without ext4 gives a waiting tracker.
-    pub fn load(read: &mut Reader<'_>) -> Result<Self, Unsupported> {
+    pub fn load(read: &mut Reader<'_>, device_size: u64) -> Result<Self, Unsupported> {
         let mut t = Self::new();
+        t.device_size = device_size;
         t.relearn(read)?;
         Ok(t)
+    }
+
+    /// The device grew (or was given): layouts up to this size are accepted.
+    pub fn set_device_size(&mut self, size: u64) {
+        self.device_size = size;
     }
 
     pub fn counters(&self) -> Counters {
@@ -192,7 +202,7 @@ impl Ext4Tracker {
     /// Learns the layout again from the device. Keeps what it knows when
     /// the layout is the same; starts over otherwise.
     pub fn relearn(&mut self, read: &mut Reader<'_>) -> Result<(), Unsupported> {
-        let loaded = Layout::load(read).and_then(|l| match l {
+        let loaded = Layout::load(read, self.device_size).and_then(|l| match l {
             None => Ok(None),
             Some(l) => {
                 let pos0 = l

@@ -54,13 +54,16 @@ fn free_space_matches_dumpe2fs_and_layout_loads() {
             .args(["-w", "-R", "mkdir d"])
             .arg(&path));
         img = std::fs::read(&path).unwrap_or(img);
-        let ours = free_space(&mut reader(&img)).unwrap().expect("ext4");
+        let ours = free_space(&mut reader(&img), img.len() as u64)
+            .unwrap()
+            .expect("ext4");
         let theirs = dumpe2fs_free(&path);
         assert_eq!(
             ours.ranges, theirs,
             "{name}: free blocks differ from dumpe2fs"
         );
-        let t = Ext4Tracker::load(&mut reader(&img)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = Ext4Tracker::load(&mut reader(&img), img.len() as u64)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(t.following(), "{name}");
         let lay = t.layout().unwrap();
         // The journal's extents agree with debugfs.
@@ -111,15 +114,17 @@ fn refuses_what_it_cannot_follow() {
     let p = dir.join("x.img");
     let img = mkfs(&p, 32 << 20, &["-O", "^has_journal"]);
     assert_eq!(
-        Ext4Tracker::load(&mut reader(&img)).unwrap_err(),
+        Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::NoJournal
     );
     // The audit reads it all the same.
-    assert!(free_space(&mut reader(&img)).unwrap().is_some());
+    assert!(free_space(&mut reader(&img), img.len() as u64)
+        .unwrap()
+        .is_some());
 
     let img = mkfs(&p, 64 << 20, &["-O", "bigalloc", "-C", "16384"]);
     assert_eq!(
-        Ext4Tracker::load(&mut reader(&img)).unwrap_err(),
+        Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::Bigalloc
     );
 
@@ -127,19 +132,19 @@ fn refuses_what_it_cannot_follow() {
     let mut img = good.clone();
     patch_sb(&mut img, 0x5C, 0x400); // fast_commit
     assert_eq!(
-        Ext4Tracker::load(&mut reader(&img)).unwrap_err(),
+        Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::FastCommit
     );
     let mut img = good.clone();
     patch_sb(&mut img, 0xE4, 0x0801); // s_journal_dev: external journal
     assert_eq!(
-        Ext4Tracker::load(&mut reader(&img)).unwrap_err(),
+        Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::ExternalJournal
     );
     let mut img = good.clone();
     patch_sb(&mut img, 0x60, 0x8000_0000); // unknown incompat
     assert!(matches!(
-        Ext4Tracker::load(&mut reader(&img)).unwrap_err(),
+        Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::UnknownFeature {
             incompat: 0x8000_0000,
             ..
@@ -147,16 +152,19 @@ fn refuses_what_it_cannot_follow() {
     ));
     let mut img = good.clone();
     patch_sb(&mut img, 0x60, 0x4); // needs_recovery: followable, not auditable
-    assert!(Ext4Tracker::load(&mut reader(&img)).is_ok());
+    assert!(Ext4Tracker::load(&mut reader(&img), img.len() as u64).is_ok());
     assert_eq!(
-        free_space(&mut reader(&img)).unwrap_err(),
+        free_space(&mut reader(&img), img.len() as u64).unwrap_err(),
         Unsupported::NeedsRecovery
     );
     // A blank device: waiting, not refused.
     let blank = vec![0u8; 1 << 20];
-    let t = Ext4Tracker::load(&mut reader(&blank)).unwrap();
+    let t = Ext4Tracker::load(&mut reader(&blank), blank.len() as u64).unwrap();
     assert!(!t.following() && t.refusal().is_none());
-    assert_eq!(free_space(&mut reader(&blank)).unwrap(), None);
+    assert_eq!(
+        free_space(&mut reader(&blank), blank.len() as u64).unwrap(),
+        None
+    );
     // Every message says what is wrong.
     for u in [
         Unsupported::NoJournal,

@@ -19,7 +19,7 @@ impl Rig {
         let dir = tmpdir(&format!("journal-{incompat:x}"));
         let img = mkfs(&dir.join("j.img"), 64 << 20, &["-b", "1024"]);
         let _ = std::fs::remove_dir_all(&dir);
-        let t = Ext4Tracker::load(&mut reader(&img)).unwrap();
+        let t = Ext4Tracker::load(&mut reader(&img), img.len() as u64).unwrap();
         let bs = t.layout().unwrap().sb.block_size;
         let jsb = t.journal_sb().unwrap().clone();
         let mut uuid = [0u8; 16];
@@ -169,7 +169,9 @@ fn the_drop_rule_on_every_tag_format() {
     for &(feat, what) in FEATURES {
         let mut r = Rig::new(feat);
         let bs = r.bs;
-        let free = free_space(&mut reader(&r.img)).unwrap().unwrap();
+        let free = free_space(&mut reader(&r.img), r.img.len() as u64)
+            .unwrap()
+            .unwrap();
         let g0_first = r.t.layout().unwrap().sb.first_data_block;
         let (home, base) = r.bitmap(0);
         // Twenty free data blocks of group 0.
@@ -391,7 +393,9 @@ fn an_empty_journal_after_the_last_commit_drops_the_suspicious() {
     }
     let mut r = Rig::new(0x12);
     let bs = r.bs;
-    let free = free_space(&mut reader(&r.img)).unwrap().unwrap();
+    let free = free_space(&mut reader(&r.img), r.img.len() as u64)
+        .unwrap()
+        .unwrap();
     let first = r.t.layout().unwrap().sb.first_data_block;
     let (home, base) = r.bitmap(0);
     let x = (first..first + 8192).find(|&b| free.is_free(b)).unwrap();

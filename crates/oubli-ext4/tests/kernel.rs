@@ -303,7 +303,7 @@ fn replay(dir: &Path, base: &[u8], marks: &[(String, usize)], label: &str) {
     let dat = std::fs::read(dir.join("dat")).unwrap();
     let mut raw = base.to_vec();
     let mut model = base.to_vec();
-    let mut t = Ext4Tracker::load(&mut reader(&model)).unwrap();
+    let mut t = Ext4Tracker::load(&mut reader(&model), model.len() as u64).unwrap();
     let mut pos = 0usize;
     let mut lines = idx.lines().enumerate();
     let mut dropped_blocks = 0u64;
@@ -332,7 +332,9 @@ fn replay(dir: &Path, base: &[u8], marks: &[(String, usize)], label: &str) {
             }
         }
         // The file system is unmounted: the raw image is its state.
-        let free = free_space(&mut reader(&raw)).unwrap().unwrap();
+        let free = free_space(&mut reader(&raw), raw.len() as u64)
+            .unwrap()
+            .unwrap();
         let bs = free.block_size as usize;
         let mut live_dropped = 0;
         let mut missed = 0;

@@ -67,7 +67,10 @@ impl Liveness {
     /// the tracker cannot follow; a device without ext4 yet is accepted
     /// (the tracker learns it when mkfs writes the superblock).
     pub fn ext4(store: &Store, export: &str, oid: u64) -> Result<Liveness, Unsupported> {
-        let tracker = Ext4Tracker::load(&mut read_export(store, oid))?;
+        let size = store
+            .size(oid)
+            .map_err(|e| Unsupported::Io(e.to_string()))?;
+        let tracker = Ext4Tracker::load(&mut read_export(store, oid), size)?;
         Ok(Liveness {
             tracker: Some(Mutex::new(tracker)),
             ..Liveness::plain(export, oid)
@@ -132,6 +135,9 @@ impl Liveness {
         let Some(mut t) = self.tracker() else { return };
         let was = t.following();
         let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(size) = store.size(self.oid) {
+            t.set_device_size(size);
+        }
         match t.relearn(&mut read_export(store, self.oid)) {
             Ok(()) => {
                 if t.following() && (!was || stopped.is_some()) {

@@ -483,7 +483,7 @@ pub fn fs_audit(
         let n = got.len().min(buf.len());
         buf[..n].copy_from_slice(&got[..n]);
         Ok(())
-    })
+    }, exp.size)
     .map_err(|u| {
         Failure::new(
             exit::USAGE,

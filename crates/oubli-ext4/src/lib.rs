@@ -308,7 +308,9 @@ impl Ext4Tracker {
         }
         self.note_written(b0, b1);
         // The journal blocks and block bitmaps this write covers, in order.
-        let lay = self.lay.as_ref().expect("checked above");
+        let Some(lay) = self.lay.as_ref() else {
+            return obs;
+        };
         let mut todo: Vec<(u64, Kind)> = Vec::new();
         let i = lay.journal.partition_point(|e| e.physical + e.len <= b0);
         for e in lay.journal.iter().skip(i) {
@@ -377,7 +379,7 @@ impl Ext4Tracker {
         let Some(block) = content else {
             // Part of a journal block: the transaction cannot be seen whole.
             if let Some(JBlock::Header(b) | JBlock::Copy(b)) = self.jlog.remove(&pos) {
-                self.jlog_bytes -= b.len();
+                self.jlog_bytes = self.jlog_bytes.saturating_sub(b.len());
             }
             self.jlog_lost = true;
             return;
@@ -442,7 +444,7 @@ impl Ext4Tracker {
             JBlock::Seen(_) => 0,
         };
         if let Some(JBlock::Header(b) | JBlock::Copy(b)) = self.jlog.remove(&pos) {
-            self.jlog_bytes -= b.len();
+            self.jlog_bytes = self.jlog_bytes.saturating_sub(b.len());
         }
         if self.jlog_bytes + add > JLOG_CAP {
             self.jlog_lost = true;

@@ -62,6 +62,8 @@ pub struct Counters {
     pub bitmaps_forgotten: u64,
     /// Committed bitmaps that called fixed metadata free (garbage): kept.
     pub garbage_kept: u64,
+    /// Journal superblocks marking the log empty right after the last commit.
+    pub quiesced: u64,
 }
 
 /// What one write taught the tracker.
@@ -395,11 +397,21 @@ impl Ext4Tracker {
                     let empty_after_last = jsb.start == 0
                         && !self.doubt
                         && !self.jlog_lost
-                        && self
-                            .last_commit
-                            .is_some_and(|(s, _)| s.wrapping_add(1) == jsb.sequence);
+                        && self.last_commit.is_some_and(|(s, _)| {
+                            (1..1 << 31).contains(&jsb.sequence.wrapping_sub(s))
+                        });
+                    if jsb.start == 0 && !empty_after_last {
+                        obs.notes.push(format!(
+                            "journal marked empty at sequence {} (last commit {:?}, doubt {}, lost {}): suspicious blocks kept",
+                            jsb.sequence,
+                            self.last_commit.map(|c| c.0),
+                            self.doubt,
+                            self.jlog_lost
+                        ));
+                    }
                     self.jsb = Some(jsb);
                     if empty_after_last {
+                        self.counters.quiesced += 1;
                         self.quiesced(obs);
                     }
                 }
@@ -631,11 +643,14 @@ impl Ext4Tracker {
         self.doubt = false;
     }
 
-    /// The journal was marked empty right after the last commit seen
-    /// (unmount, `jbd2_journal_flush`): every transaction is committed and no
-    /// other runs, so no block free in the committed bitmaps can belong to a
-    /// later one — even those written since the previous commit. Drops them
-    /// all; this point also anchors like a commit (writes start again).
+    /// The journal was marked empty after the last commit seen, with no
+    /// commit block since that could not be read (unmount,
+    /// `jbd2_journal_flush`, e2fsck after recovery): every transaction with
+    /// changes is committed — and was seen — and none runs, so a block free
+    /// in the committed bitmaps belongs to no live generation, even if it
+    /// was written since the previous commit. (The sequence it names may
+    /// skip numbers: jbd2 numbers transactions that end without changes.)
+    /// Drops them all.
     fn quiesced(&mut self, obs: &mut Observation) {
         self.absorb_written();
         self.scan(&[], obs);

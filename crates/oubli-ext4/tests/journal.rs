@@ -410,15 +410,18 @@ fn an_empty_journal_after_the_last_commit_drops_the_suspicious() {
     assert!(!blocks(&o.freed, bs).contains(&x));
     assert_eq!(r.t.counters().suspicious_now, 1);
     let old = r.journal_read(0);
-    // A journal superblock that does not follow 102: nothing.
-    let o = r.put_journal(0, &r.jbd.superblock(&old, 105, 0));
+    // A journal superblock whose sequence is not after 102: nothing.
+    let o = r.put_journal(0, &r.jbd.superblock(&old, 101, 0));
     assert!(o.freed.is_empty());
-    // Marked empty right after 102 (unmount): nothing else can run.
-    let o = r.put_journal(0, &r.jbd.superblock(&old, 103, 0));
+    // Marked empty after 102 (unmount: jbd2 names 104, 103 ended without
+    // changes): nothing else can run.
+    let o = r.put_journal(0, &r.jbd.superblock(&old, 104, 0));
     assert_eq!(blocks(&o.freed, bs), vec![x]);
     // The next mount restarts the log at 103: anchored at once.
     let p = r.pos as u32;
     r.put_journal(0, &r.jbd.superblock(&old, 103, p));
+    let o = r.put_journal(0, &r.jbd.superblock(&old, 103, p));
+    assert!(o.freed.is_empty());
     let mut b2 = base.clone();
     let y = (x + 1..first + 8192).find(|&b| free.is_free(b)).unwrap();
     set(&mut b2, y - first, true);

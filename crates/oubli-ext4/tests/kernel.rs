@@ -201,74 +201,78 @@ fn phases(s: &Served, mode: &str, rng: &mut Rng) -> Vec<(String, usize)> {
         sh("sync");
         std::fs::remove_dir_all(m.join("tree")).unwrap();
     });
-    phase(
-        "random: create, append, truncate, rm, rename, fallocate, punch",
-        s,
-        &mut || {
-            let mut live: Vec<String> = Vec::new();
-            for step in 0..400 {
-                let op = rng.below(8);
-                match op {
-                    0 | 1 => {
-                        let n = format!("r{step}");
-                        std::fs::write(m.join(&n), marked(&n, 1 + rng.below(40000) as usize))
-                            .unwrap();
-                        live.push(n);
+    // Five steps of 120 random operations each, the file system unmounted
+    // (and checked) after every step; files live on across steps.
+    let mut live: Vec<String> = Vec::new();
+    for r in 0..5 {
+        phase(
+            &format!("random step {r}: create, append, truncate, rm, rename, fallocate, punch"),
+            s,
+            &mut || {
+                for step in 0..120 {
+                    let op = rng.below(8);
+                    match op {
+                        0 | 1 => {
+                            let n = format!("r{r}-{step}");
+                            std::fs::write(m.join(&n), marked(&n, 1 + rng.below(40000) as usize))
+                                .unwrap();
+                            live.push(n);
+                        }
+                        _ if live.is_empty() => {}
+                        2 => {
+                            use std::io::Write;
+                            let n = &live[rng.below(live.len() as u64) as usize];
+                            let mut f = std::fs::OpenOptions::new()
+                                .append(true)
+                                .open(m.join(n))
+                                .unwrap();
+                            f.write_all(&marked(&format!("{n}+"), 1 + rng.below(20000) as usize))
+                                .unwrap();
+                        }
+                        3 => {
+                            let n = &live[rng.below(live.len() as u64) as usize];
+                            let f = std::fs::OpenOptions::new()
+                                .write(true)
+                                .open(m.join(n))
+                                .unwrap();
+                            f.set_len(rng.below(10000)).unwrap();
+                        }
+                        4 => {
+                            let i = rng.below(live.len() as u64) as usize;
+                            std::fs::remove_file(m.join(live.swap_remove(i))).unwrap();
+                        }
+                        5 => {
+                            let i = rng.below(live.len() as u64) as usize;
+                            let to = format!("{}x", live[i]);
+                            std::fs::rename(m.join(&live[i]), m.join(&to)).unwrap();
+                            live[i] = to;
+                        }
+                        6 => {
+                            let n = &live[rng.below(live.len() as u64) as usize];
+                            sh(&format!(
+                                "fallocate -o {} -l {} {}",
+                                rng.below(50000),
+                                1 + rng.below(50000),
+                                m.join(n).display()
+                            ));
+                        }
+                        _ => {
+                            let n = &live[rng.below(live.len() as u64) as usize];
+                            sh(&format!(
+                                "fallocate -p -o {} -l {} {}",
+                                rng.below(30000),
+                                1 + rng.below(30000),
+                                m.join(n).display()
+                            ));
+                        }
                     }
-                    _ if live.is_empty() => {}
-                    2 => {
-                        use std::io::Write;
-                        let n = &live[rng.below(live.len() as u64) as usize];
-                        let mut f = std::fs::OpenOptions::new()
-                            .append(true)
-                            .open(m.join(n))
-                            .unwrap();
-                        f.write_all(&marked(&format!("{n}+"), 1 + rng.below(20000) as usize))
-                            .unwrap();
-                    }
-                    3 => {
-                        let n = &live[rng.below(live.len() as u64) as usize];
-                        let f = std::fs::OpenOptions::new()
-                            .write(true)
-                            .open(m.join(n))
-                            .unwrap();
-                        f.set_len(rng.below(10000)).unwrap();
-                    }
-                    4 => {
-                        let i = rng.below(live.len() as u64) as usize;
-                        std::fs::remove_file(m.join(live.swap_remove(i))).unwrap();
-                    }
-                    5 => {
-                        let i = rng.below(live.len() as u64) as usize;
-                        let to = format!("{}x", live[i]);
-                        std::fs::rename(m.join(&live[i]), m.join(&to)).unwrap();
-                        live[i] = to;
-                    }
-                    6 => {
-                        let n = &live[rng.below(live.len() as u64) as usize];
-                        sh(&format!(
-                            "fallocate -o {} -l {} {}",
-                            rng.below(50000),
-                            1 + rng.below(50000),
-                            m.join(n).display()
-                        ));
-                    }
-                    _ => {
-                        let n = &live[rng.below(live.len() as u64) as usize];
-                        sh(&format!(
-                            "fallocate -p -o {} -l {} {}",
-                            rng.below(30000),
-                            1 + rng.below(30000),
-                            m.join(n).display()
-                        ));
+                    if step % 50 == 49 {
+                        settle();
                     }
                 }
-                if step % 50 == 49 {
-                    settle();
-                }
-            }
-        },
-    );
+            },
+        );
+    }
     phase("settle (one more commit)", s, &mut || {
         std::fs::write(m.join("last"), b"x").unwrap();
     });
@@ -350,8 +354,8 @@ fn replay(dir: &Path, base: &[u8], marks: &[(String, usize)], label: &str) {
         }
         let c = t.counters();
         eprintln!(
-            "{label}: {name}: {upto} writes; free blocks still holding data (missed deletes) {missed}; freed_inferred {}, suspicious_kept {} (now {}), commits {} (incomplete {}, unanchored {})",
-            c.freed_inferred, c.suspicious_kept, c.suspicious_now, c.commits, c.commits_incomplete, c.commits_unanchored
+            "{label}: {name}: {upto} writes; free blocks still holding data (missed deletes) {missed}; freed_inferred {}, suspicious_kept {} (now {}), commits {} (incomplete {}, unanchored {}), quiesced {}",
+            c.freed_inferred, c.suspicious_kept, c.suspicious_now, c.commits, c.commits_incomplete, c.commits_unanchored, c.quiesced
         );
         // Blocks in use may legitimately differ where they hold no file data
         // (fallocated, unwritten extents keep stale bytes that read as zeros):

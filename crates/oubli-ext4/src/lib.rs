@@ -8,12 +8,14 @@
 //! > at the commit of transaction *S*, block *B* is dropped iff the tracker
 //! > saw every block of *S* (a complete walk of the log from the previous
 //! > commit to this one, checksums holding), saw the commit of *S − 1*
-//! > itself, *B* is free in the latest committed copy of its group's bitmap
-//! > (every commit since that copy complete), *B* is not fixed metadata, and
-//! > no write to *B* arrived since the commit of *S − 1*.
+//! > itself (or the log restarted after the last commit it saw: a mount),
+//! > *B* is free in the latest committed copy of its group's bitmap (every
+//! > commit since that copy complete), *B* is not fixed metadata, and no
+//! > write to *B* arrived since the commit of *S − 1*.
 //!
 //! Every other case keeps the block; a kept candidate is counted as
-//! *suspicious* and examined again at the next commit. Nothing here does
+//! *suspicious* and examined again at the next commit, or dropped when the
+//! journal is marked empty after the last commit (unmount, flush). Nothing here does
 //! I/O: learning the layout takes a reading closure ([`Ext4Tracker::relearn`]),
 //! which the caller runs when an observation asks for it.
 

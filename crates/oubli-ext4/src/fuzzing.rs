@@ -16,8 +16,15 @@ fn put16(b: &mut [u8], o: usize, v: u16) {
     b[o..o + 2].copy_from_slice(&v.to_le_bytes());
 }
 
-/// An 8 MiB ext4 image that [`Ext4Tracker::load`] follows.
+/// An 8 MiB ext4 image that [`Ext4Tracker::load`] follows (journal with
+/// `csum_v3` and 64-bit tags).
 pub fn synth_image() -> Vec<u8> {
+    synth_image_with(0x10 | 0x2)
+}
+
+/// The same with the journal's incompat features chosen (0: 32-bit tags
+/// without checksums, which random input can form into whole transactions).
+pub fn synth_image_with(journal_incompat: u32) -> Vec<u8> {
     let mut img = vec![0u8; BLOCKS * BS];
     let sb = &mut img[1024..2048];
     put32(sb, 0x0, 256); // inodes
@@ -65,7 +72,7 @@ pub fn synth_image() -> Vec<u8> {
     j[0x14..0x18].copy_from_slice(&1u32.to_be_bytes());
     j[0x18..0x1C].copy_from_slice(&7u32.to_be_bytes());
     j[0x1C..0x20].copy_from_slice(&1u32.to_be_bytes());
-    j[0x28..0x2C].copy_from_slice(&(0x10u32 | 0x2).to_be_bytes());
+    j[0x28..0x2C].copy_from_slice(&journal_incompat.to_be_bytes());
     j[0x30..0x40].copy_from_slice(b"oubli-fuzz-uuid!");
     img
 }

@@ -17,6 +17,35 @@ pub const EXPORT_META: &[u8] = b"oubli-nbd export v1";
 /// Largest export size: clients (qemu) use signed 64-bit offsets.
 pub const MAX_EXPORT_SIZE: u64 = i64::MAX as u64;
 
+/// The line of an export's metadata that turns ext4 delete inference on.
+pub const INFER_EXT4: &str = "infer-deletes=ext4";
+
+/// Settings stored with an export (lines after [`EXPORT_META`] in its metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExportSettings {
+    /// `oubli serve --infer-deletes ext4`: deletions inferred from the ext4 journal.
+    pub infer_ext4: bool,
+}
+
+/// The settings stored with an export object.
+pub fn export_settings(store: &Store, oid: u64) -> Result<ExportSettings> {
+    let meta = store.object(oid)?.meta;
+    let text = String::from_utf8_lossy(&meta);
+    Ok(ExportSettings {
+        infer_ext4: text.lines().skip(1).any(|l| l == INFER_EXT4),
+    })
+}
+
+/// Stores an export's settings (in its metadata, committed with the store).
+pub fn set_export_settings(store: &Store, oid: u64, settings: &ExportSettings) -> Result<()> {
+    let mut meta = EXPORT_META.to_vec();
+    if settings.infer_ext4 {
+        meta.push(b'\n');
+        meta.extend_from_slice(INFER_EXT4.as_bytes());
+    }
+    store.set_meta(oid, &meta)
+}
+
 /// One export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Export {

@@ -32,6 +32,7 @@
 
 pub mod exports;
 pub mod handshake;
+pub mod liveness;
 pub mod proto;
 pub mod reply;
 pub mod request;
@@ -40,11 +41,13 @@ pub mod socket;
 pub mod tls;
 
 pub use exports::{
-    create_export, delete_export, list_exports, lookup_export, resize_export, Export,
+    create_export, delete_export, export_settings, list_exports, lookup_export, resize_export,
+    set_export_settings, Export, ExportSettings,
 };
 pub use handshake::{
     Catalog, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress, TlsMode,
 };
+pub use liveness::{Liveness, LivenessReport};
 pub use proto::Errno;
 pub use request::{check, parse_request, Action, Limits, Request};
 pub use server::{serve, stderr_log, Endpoint, Log, ServerConfig, ServerHandle, Stats, Tls};

@@ -19,6 +19,7 @@ use crate::exports::{list_exports, lookup_export};
 use crate::handshake::{
     Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress, TlsMode,
 };
+use crate::liveness::Liveness;
 use crate::proto::*;
 use crate::reply;
 use crate::request::{check, parse_request, Action, Limits, Request};
@@ -77,6 +78,10 @@ pub struct ServerConfig {
     /// readers wait while it is reached (a single larger request still goes
     /// through, alone).
     pub max_inflight_bytes: u64,
+    /// Per-export counters and, with `--infer-deletes ext4`, the liveness
+    /// tracker fed every write (`crate::liveness`). Exports not listed are
+    /// served without either.
+    pub liveness: Vec<Arc<Liveness>>,
     pub log: Log,
 }
 
@@ -106,6 +111,7 @@ impl Default for ServerConfig {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             max_inflight_bytes: 256 << 20,
+            liveness: Vec::new(),
             log: stderr_log(),
         }
     }
@@ -307,6 +313,8 @@ struct Shared {
     stats: Stats,
     /// Write payloads in flight, over every connection.
     budget: PayloadBudget,
+    /// `ServerConfig::liveness` by export object.
+    liveness: HashMap<u64, Arc<Liveness>>,
 }
 
 impl Shared {
@@ -377,7 +385,9 @@ pub fn serve(
         });
         listeners.push(Arc::new(l));
     }
+    let liveness = config.liveness.iter().map(|l| (l.oid, l.clone())).collect();
     let shared = Arc::new(Shared {
+        liveness,
         store,
         config,
         handshake,
@@ -1176,9 +1186,26 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
         }
         Action::Write { offset, len, fua } => {
             if len > 0 {
+                let data = &payload[..len as usize];
+                let live = shared.liveness.get(&oid);
+                let log = |l: &str| shared.log(l);
+                let relearn = match live {
+                    Some(l) => l
+                        .before_write(store, offset, Some(data), len as u64, &log)
+                        .map_err(|e| {
+                            fail(
+                                format!("WRITE at {offset} length {len} (inferred frees)"),
+                                e,
+                            )
+                        })?,
+                    None => false,
+                };
                 store
-                    .write(oid, offset, &payload[..len as usize])
+                    .write(oid, offset, data)
                     .map_err(|e| fail(format!("WRITE at {offset} length {len}"), e))?;
+                if let (Some(l), true) = (live, relearn) {
+                    l.relearn(store, &log);
+                }
             }
             flush_if(fua, "WRITE")?;
             Ok(None)
@@ -1190,6 +1217,9 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
         }
         Action::Trim { offset, len, fua } => {
             shared.stats.trims.fetch_add(1, Ordering::Relaxed);
+            if let Some(l) = shared.liveness.get(&oid) {
+                l.trimmed();
+            }
             if len > 0 {
                 store
                     .punch_hole(oid, offset, len as u64)
@@ -1207,12 +1237,23 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
             let what = || format!("WRITE_ZEROES at {offset} length {len}");
             if punch {
                 shared.stats.trims.fetch_add(1, Ordering::Relaxed);
+                if let Some(l) = shared.liveness.get(&oid) {
+                    l.trimmed();
+                }
                 if len > 0 {
                     store
                         .punch_hole(oid, offset, len as u64)
                         .map_err(|e| fail(what(), e))?;
                 }
             } else {
+                let live = shared.liveness.get(&oid);
+                let log = |l: &str| shared.log(l);
+                let relearn = match live {
+                    Some(l) => l
+                        .before_write(store, offset, None, len as u64, &log)
+                        .map_err(|e| fail(what(), e))?,
+                    None => false,
+                };
                 let zeros = vec![0u8; (len as usize).min(1 << 20)];
                 let end = offset + len as u64;
                 let mut pos = offset;
@@ -1222,6 +1263,9 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
                         .write(oid, pos, &zeros[..n])
                         .map_err(|e| fail(what(), e))?;
                     pos += n as u64;
+                }
+                if let (Some(l), true) = (live, relearn) {
+                    l.relearn(store, &log);
                 }
             }
             flush_if(fua, "WRITE_ZEROES")?;

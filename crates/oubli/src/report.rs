@@ -47,6 +47,29 @@ pub struct StatusReport {
     /// command (a live process leaves it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wear: Option<WearReport>,
+    /// Exports served by the process holding the store (`oubli serve`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nbd_exports: Vec<NbdExportReport>,
+}
+
+/// One export served by `oubli serve`: TRIMs received and inferred deletions.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct NbdExportReport {
+    pub name: String,
+    pub trims_received: u64,
+    /// `"ext4"` with `--infer-deletes ext4`.
+    pub infer_deletes: Option<String>,
+    /// Blocks the ext4 journal showed freed and that were dropped.
+    pub deletions_inferred_blocks: u64,
+    pub deletions_inferred_bytes: u64,
+    /// Keep decisions on blocks a commit showed free but that could not be
+    /// proven dead yet (written since the previous commit), cumulative.
+    pub suspicious_kept: u64,
+    /// Blocks kept at the last commit, examined again at the next one.
+    pub suspicious_now: u64,
+    pub commits_seen: u64,
+    /// Why inference stopped on this export, if it did.
+    pub inference_stopped: Option<String>,
 }
 
 /// How long the vault lasts at an epoch policy's commit rate.
@@ -125,6 +148,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         snapshots: s.snapshots,
         live,
         wear: None,
+        nbd_exports: Vec::new(),
     })
 }
 

@@ -199,12 +199,15 @@ complete -c oubli -n "__fish_oubli_using_subcommand gc" -l purge-versions -d 'On
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-copy -d 'An old copy of the store directory the adversary also holds (backup, snapshot); repeatable' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-vault-copy -d 'An old copy of the vault file the adversary also holds; repeatable' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l fs -d 'Instead: list the blocks the file system on --export has free but the store still holds (exit 10 if any); the store must not be served' -r -f -a "ext4\t'ext4 (and ext2/ext3): block bitmaps'"
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l export -d 'The export whose file system --fs reads' -r
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-versions -d 'On S3: every version the bucket kept of every object of the store, as the provider holds them'
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l erase -d 'With --fs: drop those blocks at once (as a TRIM would) and commit'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -228,6 +231,8 @@ complete -c oubli -n "__fish_oubli_using_subcommand serve" -l snapshot-keep -d '
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-interval -d 'Commit at most this many seconds after a change (0: never on time)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-bytes -d 'Commit once this many bytes were written in the epoch (0: never on volume)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l epoch-deletions -d 'Commit after this many deletions (trims, overwrites...) in the epoch (0: never on count)' -r
+complete -c oubli -n "__fish_oubli_using_subcommand serve" -l infer-deletes -d 'Erase what the file system frees without TRIM: ext4 (follow its journal\'s committed block bitmaps), or off. Stored with the export: later runs keep it (docs/NBD.md, "Implicit deletes")' -r -f -a "ext4\t'ext4 with its internal jbd2 journal'
+off\t'Only TRIM, discard and write-zeroes erase'"
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l vault -d 'The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l password-file -d 'Read the vault password from the first line of FILE' -r -F

@@ -173,7 +173,7 @@ pub fn watch(g: &Global, interval: u64) -> Result<String, Failure> {
     }
 }
 
-fn render_status(r: &StatusReport) -> String {
+fn render_status_base(r: &StatusReport) -> String {
     let mut pending = match (r.pending_deletions, r.pending_erasure_bytes) {
         (0, 0) => "none".to_string(),
         (n, bytes) => format!(
@@ -269,6 +269,30 @@ fn render_status(r: &StatusReport) -> String {
     if let Some(e) = &r.last_commit_error {
         out.push_str(&format!(
             "WARNING      the last automatic commit failed ({e}); the epoch stays open and erasure is delayed until a commit succeeds\n"
+        ));
+    }
+    out
+}
+
+fn render_status(r: &StatusReport) -> String {
+    let mut out = render_status_base(r);
+    for e in &r.nbd_exports {
+        let inferred = match (&e.infer_deletes, &e.inference_stopped) {
+            (None, _) => "deletions not inferred (only TRIM/discard erase)".to_string(),
+            (Some(fs), stopped) => format!(
+                "deletions inferred ({fs}): {} blocks ({}), {} kept as suspicious ({} now){}",
+                e.deletions_inferred_blocks,
+                ui::size(e.deletions_inferred_bytes),
+                e.suspicious_kept,
+                e.suspicious_now,
+                stopped
+                    .as_ref()
+                    .map_or(String::new(), |w| format!("; STOPPED: {w}"))
+            ),
+        };
+        out.push_str(&format!(
+            "export       {} (served): {} trims received; {inferred}\n",
+            e.name, e.trims_received
         ));
     }
     out

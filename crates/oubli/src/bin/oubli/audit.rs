@@ -494,3 +494,164 @@ fn counts_lines(out: &mut String, c: &Counts, line: &dyn Fn(&mut String, &str, u
         "referenced but missing or damaged",
     );
 }
+
+/// `--fs`: the file systems whose free blocks `oubli audit` can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FsArg {
+    /// ext4 (and ext2/ext3): block bitmaps
+    Ext4,
+}
+
+#[derive(Serialize)]
+struct FsAuditJson {
+    export: String,
+    block_size: u64,
+    fs_free_blocks: u64,
+    /// Byte ranges `[start, end)` the file system has free but the store holds.
+    held: Vec<(u64, u64)>,
+    held_bytes: u64,
+    /// Free blocks the store holds as zeros (nothing to recover; `--erase` drops them too).
+    held_zero_bytes: u64,
+    erased: bool,
+    /// The epoch committed after erasing.
+    epoch: Option<u64>,
+}
+
+/// `oubli audit --fs ext4 --export NAME [--erase]`: what the file system on
+/// an export has free but the store still holds readable — deletions no
+/// TRIM and no inference reached — and, with `--erase`, drops them and commits.
+pub fn fs_audit(
+    g: &Global,
+    fs: FsArg,
+    export: &str,
+    erase: bool,
+    json: bool,
+) -> Result<String, Failure> {
+    let FsArg::Ext4 = fs;
+    let s = g.open(if erase { Access::Write } else { Access::Read })?;
+    let store = &s.store;
+    let exp = oubli_nbd::lookup_export(store, export)
+        .map_err(|e| g.fail(e))?
+        .ok_or_else(|| g.fail(Error::NoName(format!("export {export}"))))?;
+    let free = oubli_ext4::free_space(&mut |off, buf: &mut [u8]| {
+        let got = store
+            .read(exp.oid, off, buf.len())
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        buf.fill(0);
+        let n = got.len().min(buf.len());
+        buf[..n].copy_from_slice(&got[..n]);
+        Ok(())
+    }, exp.size)
+    .map_err(|u| {
+        Failure::new(
+            exit::USAGE,
+            format!("export {export:?}: {u}"),
+            "the export must hold an unmounted ext4 whose journal is replayed (mount it once, or e2fsck)",
+        )
+    })?
+    .ok_or_else(|| Failure::usage(format!("export {export:?} holds no ext4 file system")))?;
+    let extents = store.extents(exp.oid, 0, exp.size).map_err(|e| g.fail(e))?;
+    let bs = free.block_size;
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    for (start, len) in extents {
+        let end = start + len;
+        // Free block ranges overlapping this stored range.
+        let first_block = start / bs;
+        let i = free.ranges.partition_point(|r| r.1 <= first_block);
+        for r in &free.ranges[i..] {
+            let (a, b) = ((r.0 * bs).max(start), (r.1 * bs).min(end));
+            if r.0 * bs >= end {
+                break;
+            }
+            if a < b {
+                match held.last_mut() {
+                    Some(l) if l.1 == a => l.1 = b,
+                    _ => held.push((a, b)),
+                }
+            }
+        }
+    }
+    // Blocks the store holds as zeros (written by a page cache's
+    // read-modify-write around a neighbour, or zeroed) reveal nothing: only
+    // blocks with other bytes are deleted data still readable.
+    let mut zero_bytes = 0u64;
+    let mut with_data: Vec<(u64, u64)> = Vec::new();
+    for &(a, b) in &held {
+        let mut pos = a;
+        while pos < b {
+            let n = (b - pos).min(1 << 20);
+            let bytes = store
+                .read(exp.oid, pos, n as usize)
+                .map_err(|e| g.fail(e))?;
+            for (i, chunk) in bytes.chunks(bs as usize).enumerate() {
+                let at = pos + i as u64 * bs;
+                let end = (at + chunk.len() as u64).min(b);
+                if chunk.iter().all(|&x| x == 0) {
+                    zero_bytes += end - at;
+                    continue;
+                }
+                match with_data.last_mut() {
+                    Some(l) if l.1 == at => l.1 = end,
+                    _ => with_data.push((at, end)),
+                }
+            }
+            pos += n;
+        }
+    }
+    let all_held = held;
+    let held = with_data;
+    let held_bytes: u64 = held.iter().map(|r| r.1 - r.0).sum();
+    let mut epoch = None;
+    if erase && !all_held.is_empty() {
+        for &(a, b) in &all_held {
+            store.punch_hole(exp.oid, a, b - a).map_err(|e| g.fail(e))?;
+        }
+        store.commit().map_err(|e| g.fail(e))?;
+        epoch = Some(store.epoch());
+    }
+    let report = FsAuditJson {
+        export: export.to_string(),
+        block_size: bs,
+        fs_free_blocks: free.free_blocks(),
+        held: held.clone(),
+        held_bytes,
+        held_zero_bytes: zero_bytes,
+        erased: erase && !all_held.is_empty(),
+        epoch,
+    };
+    let text = if json {
+        serde_json::to_string_pretty(&report).expect("plain data") + "\n"
+    } else {
+        let mut t = format!(
+            "export {export:?}: ext4 with {} free blocks of {} bytes; the store holds {} of them ({}) in {} range(s), and {} more as zeros\n",
+            report.fs_free_blocks,
+            bs,
+            held_bytes / bs,
+            ui::size(held_bytes),
+            held.len(),
+            zero_bytes / bs
+        );
+        for (a, b) in held.iter().take(50) {
+            t.push_str(&format!(
+                "  blocks {}-{} (bytes {a}-{})\n",
+                a / bs,
+                (b - 1) / bs,
+                b - 1
+            ));
+        }
+        if held.len() > 50 {
+            t.push_str(&format!("  ... {} more ranges\n", held.len() - 50));
+        }
+        match (erase, epoch) {
+            (true, Some(e)) => t.push_str(&format!("erased: dropped and committed (epoch {e}): unrecoverable now\n")),
+            (true, None) => t.push_str("nothing to erase\n"),
+            (false, _) if held.is_empty() => t.push_str("ok: every block the file system has free is erased\n"),
+            (false, _) => t.push_str("LEAKED: deleted data the file system freed is still readable; `--erase` drops it\n"),
+        }
+        t
+    };
+    if !erase && !held.is_empty() {
+        return Err(Failure::new(exit::LEAKED, text.trim_end().to_string(), ""));
+    }
+    Ok(text)
+}

@@ -183,6 +183,15 @@ enum Command {
         /// On S3: every version the bucket kept of every object of the store, as the provider holds them
         #[arg(long)]
         with_versions: bool,
+        /// Instead: list the blocks the file system on --export has free but the store still holds (exit 10 if any); the store must not be served
+        #[arg(long, value_name = "FS", value_enum, requires = "export")]
+        fs: Option<audit::FsArg>,
+        /// The export whose file system --fs reads
+        #[arg(long, value_name = "NAME", requires = "fs")]
+        export: Option<String>,
+        /// With --fs: drop those blocks at once (as a TRIM would) and commit
+        #[arg(long, requires = "fs")]
+        erase: bool,
         /// Print JSON
         #[arg(long)]
         json: bool,
@@ -325,10 +334,18 @@ fn run(cli: Cli) -> Result<String, Failure> {
             purge_versions,
         } => admin::gc(&g, threshold, purge_versions),
         Command::Audit {
+            fs: Some(fs),
+            export: Some(export),
+            erase,
+            json,
+            ..
+        } => audit::fs_audit(&g, fs, &export, erase, json),
+        Command::Audit {
             with_copy,
             with_vault_copy,
             with_versions,
             json,
+            ..
         } => audit::audit(&g, &with_copy, with_versions, &with_vault_copy, json),
         Command::Fsck { json } => admin::fsck(&g, json),
         Command::Serve(args) => serve::serve(&g, args),

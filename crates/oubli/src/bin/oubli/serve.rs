@@ -57,6 +57,18 @@ pub struct ServeArgs {
     /// Commit after this many deletions (trims, overwrites...) in the epoch (0: never on count)
     #[arg(long, value_name = "N", default_value_t = 1000)]
     epoch_deletions: u64,
+    /// Erase what the file system frees without TRIM: ext4 (follow its journal's committed block bitmaps), or off. Stored with the export: later runs keep it (docs/NBD.md, "Implicit deletes")
+    #[arg(long, value_name = "FS", value_enum)]
+    infer_deletes: Option<InferArg>,
+}
+
+/// `--infer-deletes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InferArg {
+    /// ext4 with its internal jbd2 journal
+    Ext4,
+    /// Only TRIM, discard and write-zeroes erase
+    Off,
 }
 
 /// `--tls`: nbdkit's modes.
@@ -281,6 +293,35 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             _ => e,
         },
     };
+    // Delete inference: the export's stored setting, changed by --infer-deletes.
+    let mut settings = oubli_nbd::export_settings(&served, export.oid).map_err(|e| g.fail(e))?;
+    if let Some(arg) = a.infer_deletes {
+        if snapshot.is_some() && arg == InferArg::Ext4 {
+            return Err(Failure::usage(
+                "--infer-deletes: a snapshot is served read-only, nothing is deleted on it",
+            ));
+        }
+        settings.infer_ext4 = arg == InferArg::Ext4;
+    }
+    let liveness = if settings.infer_ext4 && snapshot.is_none() {
+        oubli_nbd::Liveness::ext4(&store, &export.name, export.oid).map_err(|u| {
+            Failure::new(
+                oubli::exit::USAGE,
+                format!(
+                    "--infer-deletes ext4: export {:?} holds a file system whose deletions cannot be inferred: {u}",
+                    export.name
+                ),
+                "serve it with --infer-deletes off (TRIM, discard and fstrim still erase), or make an ext4 \
+                 with its internal journal and without fast_commit or bigalloc",
+            )
+        })?
+    } else {
+        oubli_nbd::Liveness::plain(&export.name, export.oid)
+    };
+    if snapshot.is_none() && a.infer_deletes.is_some() {
+        oubli_nbd::set_export_settings(&store, export.oid, &settings).map_err(|e| g.fail(e))?;
+    }
+    let liveness = Arc::new(liveness);
     store.flush().map_err(|e| g.fail(e))?;
 
     // Signals: TERM/INT stop (a second INT exits at once), USR1 commits.
@@ -301,7 +342,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let control = oubli::control::ControlServer::start(
         &control_path,
         store.clone(),
-        oubli::report::control_status(g.store.clone()),
+        served_status(g.store.clone(), liveness.clone()),
         snapshot
             .clone()
             .map(|s| Arc::new(ServedSnapshot(s)) as Arc<dyn Frontend>),
@@ -320,10 +361,18 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             exports: Some(vec![export.name.clone()]),
             tls,
             log: Arc::new(log),
+            liveness: vec![liveness.clone()],
             ..ServerConfig::default()
         },
     )
     .map_err(|e| Failure::file("starting the NBD server", e))?;
+    if settings.infer_ext4 && snapshot.is_none() {
+        log(&format!(
+            "export {:?}: deletions are inferred from its ext4 journal (--infer-deletes ext4): \
+             blocks a committed transaction frees are erased at the next commit, without TRIM",
+            export.name
+        ));
+    }
     log(&format!(
         "serving export {:?}{} ({} bytes) at epoch {}; SIGUSR1 commits, SIGTERM/SIGINT commit and stop",
         export.name,
@@ -391,6 +440,31 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         "stopped; epoch {} committed: everything trimmed or deleted before is unrecoverable\n",
         store.epoch()
     ))
+}
+
+/// The control socket's status: the store's, plus the served export's
+/// TRIMs and inferred deletions.
+fn served_status(
+    store_path: PathBuf,
+    liveness: Arc<oubli_nbd::Liveness>,
+) -> Arc<oubli::control::StatusRenderer> {
+    Arc::new(move |store: &Store| {
+        let mut report =
+            oubli::report::status_report(store, &store_path, true).map_err(|e| e.to_string())?;
+        let r = liveness.report();
+        report.nbd_exports = vec![oubli::report::NbdExportReport {
+            name: r.export,
+            trims_received: r.trims_received,
+            infer_deletes: r.infer_deletes,
+            deletions_inferred_blocks: r.counters.freed_inferred,
+            deletions_inferred_bytes: r.inferred_bytes,
+            suspicious_kept: r.counters.suspicious_kept,
+            suspicious_now: r.counters.suspicious_now,
+            commits_seen: r.counters.commits,
+            inference_stopped: r.stopped,
+        }];
+        Ok(serde_json::to_string(&report).expect("plain data"))
+    })
 }
 
 /// Keeps the snapshot this process serves from being removed under its

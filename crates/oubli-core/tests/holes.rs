@@ -120,3 +120,46 @@ fn many_holes_in_one_cell_keep_the_largest_and_lose_no_data() {
     let holes: u64 = CS - extents.iter().map(|(_, l)| l).sum::<u64>();
     assert_eq!(holes, (14..30).map(|i| 10 + i * 10).sum::<u64>());
 }
+
+/// A punch of a range that holds no cells (a discard of what an earlier
+/// discard, or the server's ext4 inference, already dropped) changes
+/// nothing and logs nothing: the flush after it writes no byte.
+#[test]
+fn a_punch_of_nothing_logs_nothing() {
+    let (fx, store) = Fixture::new();
+    let cs = DEFAULT_CELL_SIZE as u64;
+    let oid = store.create_object(b"").unwrap();
+    store.write(oid, 0, &vec![7u8; 8 * cs as usize]).unwrap();
+    store.punch_hole(oid, 2 * cs, 4 * cs).unwrap();
+    store.flush().unwrap();
+    let medium_bytes = || {
+        use oubli_core::Medium;
+        let m = &fx.medium;
+        m.list_segments()
+            .unwrap()
+            .iter()
+            .map(|&s| m.segment_len(s).unwrap().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let before = medium_bytes();
+    store.punch_hole(oid, 2 * cs, 4 * cs).unwrap();
+    store.punch_hole(oid, 3 * cs, cs).unwrap();
+    store.flush().unwrap();
+    assert_eq!(
+        medium_bytes(),
+        before,
+        "an empty punch reached the intent log"
+    );
+    // A punch that does drop something is still logged, and survives.
+    store.punch_hole(oid, 0, cs).unwrap();
+    store.flush().unwrap();
+    assert!(medium_bytes() > before);
+    drop(store);
+    let store = fx.reopen();
+    assert_eq!(
+        store.read(oid, 0, cs as usize).unwrap(),
+        vec![0u8; cs as usize]
+    );
+    let tail = store.read(oid, 6 * cs, 2 * cs as usize).unwrap();
+    assert_eq!(tail, vec![7u8; 2 * cs as usize]);
+}

@@ -518,7 +518,7 @@ impl Engine {
     }
 
     /// Applies one op to the tree (and queues it for the log when `log`).
-    fn apply(&mut self, op: Op, log: bool) -> Result<()> {
+    fn apply(&mut self, op: Op, mut log: bool) -> Result<()> {
         match &op {
             Op::PutCell { oid, cell, cref } => {
                 // Counted here, not where it is appended, so replay counts it too.
@@ -541,6 +541,12 @@ impl Engine {
                 let doomed = self.keys_in(cell_key(*oid, *from), cell_key(*oid, *to))?;
                 if !doomed.is_empty() {
                     self.stats.deletions += 1;
+                } else {
+                    // Nothing to drop (a discard of what is already gone,
+                    // say one that ext4 sends after the server inferred
+                    // it): replayed, it would change nothing, so it is not
+                    // logged either.
+                    log = false;
                 }
                 for k in doomed {
                     if let Some(Value::Cell(old)) = self.tree_remove(&k)? {

@@ -8,6 +8,7 @@
 mod aead;
 mod plain;
 mod report;
+mod stall;
 mod store;
 mod timed;
 
@@ -17,13 +18,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use store::BoxResult;
 
-const GROUPS: [&str; 6] = [
+const GROUPS: [&str; 7] = [
     "aead",
     "plain",
     "seq",
     "rand",
     "commit-units",
     "commit-size",
+    "commit-stall",
 ];
 
 const HELP: &str = "\
@@ -43,7 +45,10 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --commit-runs N      timed commits per k (median reported)           [7]
   --size-runs N        timed commits per store size (median reported)  [11]
   --aead-size SIZE     volume per in-process AEAD measurement          [512M]
-  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size
+  --stall-secs S       seconds of each commit-stall run                [10]
+  --stall-rounds N     commit-stall rounds (each: no commits, then a commit every 1 s) [3]
+  --vault-delay MS     the commit-stall vault's rotation time          [50]
+  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall
   --seed N             seed of the random offsets                      [42]
   --keep               keep the stores and files (default: removed after each benchmark)
 ";
@@ -60,6 +65,9 @@ struct Config {
     commit_runs: usize,
     size_runs: usize,
     aead: u64,
+    stall_secs: f64,
+    stall_rounds: usize,
+    vault_delay_ms: u64,
     only: HashSet<String>,
     seed: u64,
     keep: bool,
@@ -106,6 +114,9 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         commit_runs: 7,
         size_runs: 11,
         aead: 512 << 20,
+        stall_secs: 10.0,
+        stall_rounds: 3,
+        vault_delay_ms: 50,
         only: GROUPS.iter().map(|s| s.to_string()).collect(),
         seed: 42,
         keep: false,
@@ -144,6 +155,13 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
             "--commit-runs" => c.commit_runs = value()?.parse().map_err(|_| "bad --commit-runs")?,
             "--size-runs" => c.size_runs = value()?.parse().map_err(|_| "bad --size-runs")?,
             "--seed" => c.seed = value()?.parse().map_err(|_| "bad --seed")?,
+            "--stall-secs" => c.stall_secs = value()?.parse().map_err(|_| "bad --stall-secs")?,
+            "--stall-rounds" => {
+                c.stall_rounds = value()?.parse().map_err(|_| "bad --stall-rounds")?
+            }
+            "--vault-delay" => {
+                c.vault_delay_ms = value()?.parse().map_err(|_| "bad --vault-delay")?
+            }
             "--only" => {
                 let v = value()?;
                 c.only = v.split(',').map(|s| s.trim().to_string()).collect();
@@ -368,6 +386,15 @@ fn run(c: &Config) -> BoxResult<()> {
             c.size_runs,
             c.seed + 2,
             c.keep,
+        )?;
+    }
+    if on("commit-stall") {
+        stall::commit_stall(
+            &work,
+            c.stall_secs,
+            64 << 20,
+            c.vault_delay_ms,
+            c.stall_rounds,
         )?;
     }
     Rec::new("done").emit();

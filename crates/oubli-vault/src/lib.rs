@@ -24,6 +24,7 @@ mod memory;
 pub mod pkcs11;
 mod pkcs11_uri;
 mod sealed;
+pub mod sealing;
 #[cfg(feature = "tpm")]
 pub mod tpm;
 mod wear;

@@ -194,10 +194,13 @@ impl NandChip {
         wear_limit: Option<u32>,
     ) -> io::Result<NandChip> {
         let image = blank_image(geometry, bad, wear_limit)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // The image may hold the vault's sealed record: as private as a vault file.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)?;
         file.write_all_at(&image, 0)?;
         file.sync_all()?;

@@ -1,10 +1,8 @@
 //! The deletion guarantee on raw NAND: a chip-off reader holding every past state of the image, the chip's vault block and the password.
 
-mod common;
-
 use oubli_testkit::adversary::check_promise_with_keys;
-use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Step, Workload};
+use oubli_testkit::{harness, nand};
 
 /// ≥ 20 epochs of puts, overwrites, truncates, punches and deletes on a
 /// NAND store. After every third commit the adversary carves the raw image
@@ -13,7 +11,7 @@ use oubli_testkit::workload::{Runner, Step, Workload};
 #[test]
 fn nothing_deleted_before_the_last_commit_opens_from_the_raw_image() {
     let options = harness::options(31);
-    let s = common::create(&options);
+    let s = nand::create(&options);
     let chip = s.ubi.chip().clone();
     let workload = Workload::generate(31, 900, 48 * 1024, 25);
     let mut runner = Runner::default();
@@ -21,7 +19,7 @@ fn nothing_deleted_before_the_last_commit_opens_from_the_raw_image() {
     for step in &workload.steps {
         runner.step(&s.store, step).expect("step");
         if *step == Step::Commit && runner.commits % 3 == 0 {
-            let (adversary, keys) = common::seize(&[&chip], &chip, options.provider.clone());
+            let (adversary, keys) = nand::seize(&[&chip], &chip, options.provider.clone());
             assert_eq!(keys.len(), 1, "the chip holds one vault record");
             check_promise_with_keys(&adversary, &keys, &runner, options.provider.clone());
             checked += 1;
@@ -29,7 +27,7 @@ fn nothing_deleted_before_the_last_commit_opens_from_the_raw_image() {
     }
     s.store.commit().unwrap();
     runner.note_commit();
-    let (adversary, keys) = common::seize(&[&chip], &chip, options.provider.clone());
+    let (adversary, keys) = nand::seize(&[&chip], &chip, options.provider.clone());
     check_promise_with_keys(&adversary, &keys, &runner, options.provider.clone());
     let wear = oubli_nand::NandMedium::new(s.ubi.clone())
         .unwrap()
@@ -62,7 +60,7 @@ fn nothing_deleted_before_the_last_commit_opens_from_the_raw_image() {
 #[test]
 fn control_a_chip_whose_erase_does_nothing_gives_deleted_data_back() {
     let options = harness::options(32);
-    let s = common::create(&options);
+    let s = nand::create(&options);
     let chip = s.ubi.chip().clone();
     chip.set_erase_remaps(true);
     let workload = Workload::generate(32, 500, 48 * 1024, 25);
@@ -72,7 +70,7 @@ fn control_a_chip_whose_erase_does_nothing_gives_deleted_data_back() {
     }
     s.store.commit().unwrap();
     runner.note_commit();
-    let (adversary, keys) = common::seize(&[&chip], &chip, options.provider.clone());
+    let (adversary, keys) = nand::seize(&[&chip], &chip, options.provider.clone());
     assert!(
         keys.len() > 10,
         "the old vault records are still on the chip: {}",

@@ -1,11 +1,9 @@
 //! The crash sweep on raw NAND: cut the power at every program and erase of a workload (torn programs too), re-attach, check both halves of the guarantee.
 
-mod common;
-
 use oubli_core::Vault;
 use oubli_testkit::adversary::check_promise_with_keys;
-use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Workload};
+use oubli_testkit::{harness, nand};
 
 fn workload() -> Workload {
     Workload::generate(41, 240, 24 * 1024, 12)
@@ -14,7 +12,7 @@ fn workload() -> Workload {
 /// Program/erase operations of the workload after the store was created.
 fn count_ops() -> u64 {
     let options = harness::options(41);
-    let s = common::create(&options);
+    let s = nand::create(&options);
     let start = s.ubi.chip().ops();
     let mut runner = Runner::default();
     for step in &workload().steps {
@@ -27,7 +25,7 @@ fn count_ops() -> u64 {
 /// bytes if given); returns whether the cut struck.
 fn cut_at(point: u64, torn: Option<usize>) -> bool {
     let options = harness::options(41);
-    let s = common::create(&options);
+    let s = nand::create(&options);
     let chip = s.ubi.chip().clone();
     chip.arm_cut(chip.ops() + point, torn);
     let mut runner = Runner::default();
@@ -42,7 +40,7 @@ fn cut_at(point: u64, torn: Option<usize>) -> bool {
         return false;
     }
     drop(s.store);
-    let again = common::reopen(&chip, &options).unwrap_or_else(|e| {
+    let again = nand::reopen(&chip, &options).unwrap_or_else(|e| {
         panic!("cut at {point} (torn {torn:?}): the store does not reopen: {e}")
     });
     if let (Some(acked), Some(in_flight)) = (
@@ -61,7 +59,7 @@ fn cut_at(point: u64, torn: Option<usize>) -> bool {
         "cut at {point}"
     );
     let new_chip = again.ubi.chip().clone();
-    let (adversary, keys) = common::seize(&[&chip, &new_chip], &new_chip, options.provider.clone());
+    let (adversary, keys) = nand::seize(&[&chip, &new_chip], &new_chip, options.provider.clone());
     // The sweep checks only the deletion half: live data of the in-flight
     // state may be legitimately gone.
     let mut deletion_only = Runner::default();

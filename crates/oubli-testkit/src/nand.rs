@@ -1,11 +1,9 @@
-//! A store on a simulated NAND chip with its vault on the same chip, and the chip-off adversary, for the proof tests.
+//! The proof harness on simulated raw NAND: a store and its vault on one chip, re-attach after a cut, and the chip-off adversary.
 
-#![allow(dead_code)]
-
+use crate::{harness, Adversary};
 use oubli_core::{CreateOptions, Options, Store, Vault, VaultRecord};
 use oubli_crypto::{CryptoProvider, SecretBytes};
 use oubli_nand::{Geometry, NandChip, NandMedium, NandVault, Ubi, UbiConfig};
-use oubli_testkit::{harness, Adversary};
 use oubli_vault::KdfParams;
 use std::sync::Arc;
 

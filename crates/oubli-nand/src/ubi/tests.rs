@@ -67,6 +67,7 @@ fn attach_rebuilds_the_mapping() {
 #[test]
 fn attach_after_random_cuts_never_shows_a_half_written_leb() {
     let mut cuts = 0;
+    let mut moves = 0;
     for seed in 0..60u64 {
         let mut rng = Rng(seed);
         // Each run: count the operations, then cut at a random one.
@@ -78,7 +79,11 @@ fn attach_after_random_cuts_never_shows_a_half_written_leb() {
         } else {
             None
         };
-        let ubi = fresh(UbiConfig::default());
+        let ubi = fresh(UbiConfig {
+            // Every third run levels wear at the least spread: moves get cut too.
+            wl_threshold: if seed % 3 == 0 { 0 } else { 16 },
+            reserve: 4,
+        });
         let cut_at = rng.below(60);
         ubi.chip().arm_cut(cut_at, torn);
         // What each LEB may hold after the cut: the acknowledged content
@@ -122,6 +127,7 @@ fn attach_after_random_cuts_never_shows_a_half_written_leb() {
             }
             in_flight = None;
         }
+        moves += ubi.moves();
         let again = reattach(&ubi);
         for lnum in 10..14 {
             let got = content(&again, lnum);
@@ -152,6 +158,10 @@ fn attach_after_random_cuts_never_shows_a_half_written_leb() {
         }
     }
     assert!(cuts > 40, "the cuts must strike: {cuts}");
+    assert!(
+        moves > 10,
+        "wear-levelling moves must happen among the cuts: {moves}"
+    );
 }
 
 /// A hot LEB rewritten over and over next to cold ones: static wear

@@ -356,7 +356,9 @@ impl Medium for NandMedium {
         let Some(seg) = segments.remove(&id) else {
             return Ok(());
         };
-        for index in 0..=seg.next_leb.min(LEBS_PER_SEGMENT - 1) {
+        // Last block first: a cut part-way leaves a prefix of the segment,
+        // whose offsets attach still computes right.
+        for index in (0..=seg.next_leb.min(LEBS_PER_SEGMENT - 1)).rev() {
             self.ubi.unmap(lnum_of(id, index))?;
         }
         Ok(())

@@ -97,9 +97,11 @@ fn a_store_and_its_vault_on_one_nand_chip() {
     );
     env.cmd()
         .arg("status")
+        .env("OUBLI_NAND_RATED_CYCLES", "3000")
         .assert()
         .success()
-        .stdout(predicate::str::contains("Hoover index"));
+        .stdout(predicate::str::contains("Hoover index"))
+        .stdout(predicate::str::contains("rated for 3000 cycles"));
 
     // The raw image holds no plaintext.
     let image = std::fs::read(&env.image).unwrap();

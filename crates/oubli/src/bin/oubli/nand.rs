@@ -8,6 +8,9 @@ use oubli_nand::{Geometry, NandMedium, NandVault, RATED_CYCLES};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Overrides the rated program/erase cycles per block of the projection.
+pub const RATED_CYCLES_ENV: &str = "OUBLI_NAND_RATED_CYCLES";
+
 /// The `--vault` address of the vault in the store's own chip.
 pub const VAULT: &str = "nand";
 
@@ -112,10 +115,14 @@ pub fn wear(image: &Path, report: &StatusReport) -> Result<NandWearReport, Error
     let medium = oubli_nand::open_medium(image)
         .map_err(io(format!("attaching NAND image {}", image.display())))?;
     let commits_per_day = report.wear.as_ref().map_or(0.0, |w| w.commits_per_day);
-    let now = medium.wear(RATED_CYCLES, Some(0.0));
+    let rated = std::env::var(RATED_CYCLES_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(RATED_CYCLES);
+    let now = medium.wear(rated, Some(0.0));
     let erases_per_commit = now.total_erases as f64 / report.epoch.max(1) as f64;
     let rate = erases_per_commit * commits_per_day / 24.0;
-    let w = medium.wear(RATED_CYCLES, Some(rate));
+    let w = medium.wear(rated, Some(rate));
     Ok(NandWearReport {
         blocks: w.blocks + w.bad_blocks,
         bad_blocks: w.bad_blocks,

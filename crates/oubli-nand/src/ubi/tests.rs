@@ -218,3 +218,33 @@ fn appends_stop_at_the_reserve_but_atomic_changes_may_use_it() {
     ubi.change(0, b"superblock").unwrap();
     assert_eq!(content(&ubi, 0).unwrap(), b"superblock");
 }
+
+/// Blocks that wear out leave the pool one by one; the data survives each
+/// retirement, and the end is a clean `StorageFull`, never a lost LEB.
+#[test]
+fn worn_out_blocks_are_retired_without_losing_data() {
+    let chip = Arc::new(NandChip::in_memory(geometry(), &[3], Some(20)).unwrap());
+    let ubi = Ubi::attach(chip.clone(), UbiConfig::default()).unwrap();
+    ubi.append_page(100, b"cold").unwrap();
+    let mut last = Vec::new();
+    let err = (0u32..)
+        .find_map(|i| {
+            let data = i.to_le_bytes().to_vec();
+            match ubi.change(0, &data) {
+                Ok(()) => {
+                    last = data;
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        })
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::StorageFull, "{err}");
+    let bad = (0..48).filter(|&b| chip.is_bad(b)).count();
+    assert!(bad > 40, "only {bad} blocks went bad");
+    assert_eq!(content(&ubi, 0).unwrap(), last);
+    assert_eq!(ubi.read_page(100, 0).unwrap(), b"cold");
+    let again = reattach(&ubi);
+    assert_eq!(content(&again, 0).unwrap(), last);
+    assert_eq!(again.read_page(100, 0).unwrap(), b"cold");
+}

@@ -1,8 +1,10 @@
 //! The deletion guarantee on raw NAND: a chip-off reader holding every past state of the image, the chip's vault block and the password.
 
+use oubli_nand::NandChip;
 use oubli_testkit::adversary::check_promise_with_keys;
 use oubli_testkit::workload::{Runner, Step, Workload};
 use oubli_testkit::{harness, nand};
+use std::sync::Arc;
 
 /// ≥ 20 epochs of puts, overwrites, truncates, punches and deletes on a
 /// NAND store. After every third commit the adversary carves the raw image
@@ -83,4 +85,29 @@ fn control_a_chip_whose_erase_does_nothing_gives_deleted_data_back() {
         "with erases that do nothing the adversary should recover most deleted data; got {leaked} of {}",
         runner.erased.len()
     );
+}
+
+/// The same promise read from the image *file*, as `oubli` leaves it on
+/// disk: the bytes of the file after the last commit (its vault block
+/// included) plus every block content the chip ever erased.
+#[test]
+fn the_image_file_holds_nothing_deleted_after_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chip.img");
+    let chip = Arc::new(NandChip::create(&path, nand::geometry(), &[5], None).unwrap());
+    chip.record_history(true);
+    let options = harness::options(33);
+    let s = nand::create_on(chip.clone(), &options);
+    let workload = Workload::generate(33, 400, 48 * 1024, 20);
+    let mut runner = Runner::default();
+    for step in &workload.steps {
+        runner.step(&s.store, step).expect("step");
+    }
+    s.store.commit().unwrap();
+    runner.note_commit();
+    let on_disk = NandChip::from_image(std::fs::read(&path).unwrap()).unwrap();
+    let (adversary, keys) = nand::seize(&[&chip, &on_disk], &on_disk, options.provider.clone());
+    assert_eq!(keys.len(), 1, "the file holds one vault record");
+    assert!(runner.erased.len() > 100, "erased {}", runner.erased.len());
+    check_promise_with_keys(&adversary, &keys, &runner, options.provider.clone());
 }

@@ -163,3 +163,77 @@ impl Vault for NandVault {
         self.ubi.erase_stale().map_err(io)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chip::{Geometry, NandChip};
+    use crate::medium::NandMedium;
+    use crate::ubi::UbiConfig;
+    use oubli_crypto::{RingProvider, SecretKey};
+
+    fn record(epoch: u64) -> VaultRecord {
+        VaultRecord {
+            store_id: [9; 16],
+            epoch,
+            key: SecretKey::from_bytes([epoch as u8; 32]),
+        }
+    }
+
+    #[test]
+    fn rotation_erases_the_old_record_from_the_chip() {
+        let g = Geometry {
+            page_size: 512,
+            pages_per_block: 16,
+            blocks: 32,
+            oob_bytes: 32,
+        };
+        let chip = Arc::new(NandChip::in_memory(g, &[], None).unwrap());
+        let ubi = Arc::new(Ubi::attach(chip.clone(), UbiConfig::default()).unwrap());
+        let provider: Arc<dyn CryptoProvider> = Arc::new(RingProvider::new());
+        let pw = SecretBytes::new(b"pw".to_vec());
+        let v = NandVault::create(
+            ubi.clone(),
+            &pw,
+            KdfParams::testing(),
+            &record(1),
+            provider.clone(),
+        )
+        .unwrap();
+        assert!(NandVault::create(
+            ubi.clone(),
+            &pw,
+            KdfParams::testing(),
+            &record(1),
+            provider.clone()
+        )
+        .is_err());
+        assert!(v.info().overwrite_is_erasure);
+        assert!(!format!("{v:?}").contains("key"), "{v:?}");
+        for epoch in 2..=5 {
+            v.store(&record(epoch)).unwrap();
+        }
+        assert_eq!(v.load().unwrap(), record(5));
+        assert_eq!(v.write_count().unwrap(), 5);
+        assert_eq!(v.readable_records().unwrap(), vec![record(5)]);
+        // A chip-off reader finds exactly one sealed record: the current one.
+        let carved = NandMedium::carve(g, &chip.chip_off().unwrap());
+        assert_eq!(carved.vault.len(), 1);
+        assert_eq!(
+            NandVault::carved_records(&carved.vault, &pw, provider.clone()),
+            vec![record(5)]
+        );
+        let wrong = SecretBytes::new(b"px".to_vec());
+        assert!(matches!(
+            NandVault::open(ubi.clone(), &wrong, provider.clone()),
+            Err(VaultError::WrongPassword)
+        ));
+        let again = NandVault::open(ubi, &pw, provider).unwrap();
+        assert_eq!(again.load().unwrap(), record(5));
+        let other = VaultRecord {
+            store_id: [1; 16],
+            ..record(6)
+        };
+        assert!(again.store(&other).is_err(), "another store's record");
+    }
+}

@@ -24,6 +24,7 @@ mod memory;
 pub mod pkcs11;
 mod pkcs11_uri;
 mod sealed;
+pub mod sealing;
 mod slow;
 #[cfg(feature = "tpm")]
 pub mod tpm;

@@ -42,7 +42,10 @@ fn run_once(
     let store = Store::create(
         medium as Arc<dyn Medium>,
         |record| {
-            let v = Arc::new(SlowVault::new(MemoryVault::new(record.clone()), vault_delay));
+            let v = Arc::new(SlowVault::new(
+                MemoryVault::new(record.clone()),
+                vault_delay,
+            ));
             Ok(v as Arc<dyn Vault>)
         },
         CreateOptions::default(),

@@ -234,19 +234,29 @@ fn run_period(c: &Config, period: Option<u64>) -> BoxResult<Outcome> {
     )?;
     let mut phone = Phone::new(&store, c.seed)?;
     let free_floor = c.blocks as usize / 5;
-    let mut cleaner_runs = 0;
-    // Filling: until the cleaner first has to run, or the warm-up cap.
-    let mut minute = 0;
-    while cleaner_runs == 0 && minute < c.warmup_hours * 60 {
+    // One simulated minute: the workload, the purge at the end of each
+    // period, and the cleaner as a flash file system's garbage collector —
+    // only when free erase blocks run short (it commits first). Returns
+    // whether the cleaner ran.
+    let step = |phone: &mut Phone, minute: u64| -> BoxResult<bool> {
         phone.minute(&store)?;
-        if period.is_some_and(|p| (minute + 1) % p == 0) {
+        if period.is_some_and(|p| (minute + 1).is_multiple_of(p)) {
             store.commit()?;
         }
-        if minute % 10 == 9 && ubi.free_blocks() < free_floor {
+        let clean = minute % 10 == 9 && ubi.free_blocks() < free_floor;
+        if clean {
             store.gc(0.5)?;
-            cleaner_runs += 1;
         }
+        Ok(clean)
+    };
+    // Filling: until the cleaner first has to run, or the warm-up cap.
+    let mut minute = 0;
+    while minute < c.warmup_hours * 60 {
+        let cleaned = step(&mut phone, minute)?;
         minute += 1;
+        if cleaned {
+            break;
+        }
     }
     let warmup_minutes = minute;
     let (start_counts, epoch_at_start, written_at_start, deleted_at_start) = (
@@ -255,18 +265,9 @@ fn run_period(c: &Config, period: Option<u64>) -> BoxResult<Outcome> {
         phone.written,
         phone.deleted_files,
     );
-    cleaner_runs = 0;
+    let mut cleaner_runs = 0;
     for minute in warmup_minutes..warmup_minutes + c.hours * 60 {
-        phone.minute(&store)?;
-        if period.is_some_and(|p| (minute + 1) % p == 0) {
-            store.commit()?;
-        }
-        // The cleaner, as a flash file system's garbage collector: only
-        // when free erase blocks run short (it commits first).
-        if minute % 10 == 9 && ubi.free_blocks() < free_floor {
-            store.gc(0.5)?;
-            cleaner_runs += 1;
-        }
+        cleaner_runs += step(&mut phone, minute)? as u64;
     }
     let end_counts = chip.erase_counts();
     let delta: Vec<u32> = end_counts

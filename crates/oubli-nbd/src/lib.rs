@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod dropped;
 pub mod exports;
 pub mod handshake;
 pub mod liveness;

@@ -6,6 +6,7 @@
 //! therefore either seen by the tracker before a commit's decision (and its
 //! block kept), or applied after the punch — never erased by it.
 
+use crate::dropped::Dropped;
 use oubli_core::{Error, Store};
 use oubli_ext4::{Counters, Ext4Tracker, Unsupported};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,10 @@ pub struct Liveness {
     inferred_bytes: AtomicU64,
     tracker: Option<Mutex<Ext4Tracker>>,
     stopped: Mutex<Option<String>>,
+    /// What inference dropped and nothing wrote since: with `mount -o
+    /// discard`, ext4 then TRIMs the same blocks, which need no second trip
+    /// through the engine.
+    dropped: Mutex<Dropped>,
 }
 
 /// What `oubli status` shows for a served export.
@@ -60,6 +65,7 @@ impl Liveness {
             inferred_bytes: AtomicU64::new(0),
             tracker: None,
             stopped: Mutex::new(None),
+            dropped: Mutex::new(Dropped::default()),
         }
     }
 
@@ -102,6 +108,17 @@ impl Liveness {
         self.trims.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn dropped(&self) -> MutexGuard<'_, Dropped> {
+        self.dropped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a TRIM of `[offset, offset+len)` has anything to erase: not
+    /// when inference already dropped all of it and nothing wrote there
+    /// since (a write clears the range before it reaches the store).
+    pub(crate) fn trim_needed(&self, offset: u64, len: u64) -> bool {
+        !self.dropped().covers(offset, offset.saturating_add(len))
+    }
+
     /// Shows a write (`data`, or `len` zeros) to the tracker and drops what
     /// its observation frees. Returns whether the layout must be learnt
     /// again once the write is in the store.
@@ -116,6 +133,7 @@ impl Liveness {
         let Some(mut t) = self.tracker() else {
             return Ok(false);
         };
+        self.dropped().remove(offset, offset.saturating_add(len));
         let obs = match data {
             Some(d) => t.observe_write(offset, d),
             None => t.observe_zeroes(offset, len),
@@ -126,6 +144,10 @@ impl Liveness {
         if !obs.freed.is_empty() {
             let ranges: Vec<(u64, u64)> = obs.freed.iter().map(|&(a, b)| (a, b - a)).collect();
             store.punch_holes(self.oid, &ranges)?;
+            let mut dropped = self.dropped();
+            for &(a, b) in &obs.freed {
+                dropped.insert(a, b);
+            }
             let bytes: u64 = ranges.iter().map(|&(_, len)| len).sum();
             self.inferred_bytes.fetch_add(bytes, Ordering::Relaxed);
         }

@@ -1217,10 +1217,11 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
         }
         Action::Trim { offset, len, fua } => {
             shared.stats.trims.fetch_add(1, Ordering::Relaxed);
-            if let Some(l) = shared.liveness.get(&oid) {
+            let live = shared.liveness.get(&oid);
+            if let Some(l) = live {
                 l.trimmed();
             }
-            if len > 0 {
+            if len > 0 && live.is_none_or(|l| l.trim_needed(offset, len as u64)) {
                 store
                     .punch_hole(oid, offset, len as u64)
                     .map_err(|e| fail(format!("TRIM at {offset} length {len}"), e))?;
@@ -1237,10 +1238,11 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
             let what = || format!("WRITE_ZEROES at {offset} length {len}");
             if punch {
                 shared.stats.trims.fetch_add(1, Ordering::Relaxed);
-                if let Some(l) = shared.liveness.get(&oid) {
+                let live = shared.liveness.get(&oid);
+                if let Some(l) = live {
                     l.trimmed();
                 }
-                if len > 0 {
+                if len > 0 && live.is_none_or(|l| l.trim_needed(offset, len as u64)) {
                     store
                         .punch_hole(oid, offset, len as u64)
                         .map_err(|e| fail(what(), e))?;

@@ -19,6 +19,7 @@ mod error;
 pub mod holes;
 pub mod log;
 pub mod medium;
+mod scheme_state;
 pub mod share;
 pub mod snapshot;
 mod superblock;

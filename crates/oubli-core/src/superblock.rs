@@ -250,8 +250,11 @@ pub fn open(
         })
     };
     let body = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock body: {e}")))?;
-    if body.key_scheme != KEY_SCHEME_PARENT_POINTER || body.scheme_state.is_some() {
-        return Err(Error::UnknownKeyScheme(body.key_scheme));
+    // The parent-pointer scheme keeps no state; the keyed hash forest
+    // names its state from its first commit on.
+    match (body.key_scheme, &body.scheme_state) {
+        (KEY_SCHEME_PARENT_POINTER, None) | (oubli_crypto::SCHEME_KEYED_HASH_FOREST, _) => {}
+        _ => return Err(Error::UnknownKeyScheme(body.key_scheme)),
     }
     if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {
         return Err(Error::Corrupt("superblock cell size".into()));

@@ -3,7 +3,7 @@
 use crate::marker::{self, Marker};
 use oubli_core::audit::{self, Recovery};
 use oubli_core::{Medium, VaultRecord};
-use oubli_crypto::{CryptoProvider, ParentPointerScheme};
+use oubli_crypto::CryptoProvider;
 use oubli_media::{MemMedium, RecordingMedium};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -60,13 +60,7 @@ impl Adversary {
 
     /// Opens everything the given vault records unlock.
     pub fn recover(&self, keys: &[VaultRecord], provider: Arc<dyn CryptoProvider>) -> Recovery {
-        audit::recover(
-            &self.superblocks,
-            self.medium.clone(),
-            keys,
-            provider,
-            Arc::new(ParentPointerScheme),
-        )
+        audit::recover(&self.superblocks, self.medium.clone(), keys, provider)
     }
 
     /// The marker blocks in everything the given keys open.
@@ -92,7 +86,6 @@ impl Adversary {
             keys,
             shares,
             provider,
-            Arc::new(ParentPointerScheme),
         );
         let mut out = BTreeSet::new();
         for u in &recovery.units {

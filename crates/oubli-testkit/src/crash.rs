@@ -46,10 +46,16 @@ pub struct CutOutcome {
 ///   adversary holding every byte ever written plus the current vault.
 ///
 /// Panics with a description of the violated property.
-pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode) -> CutOutcome {
+pub fn cut_at(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    point: Option<u64>,
+    mode: CutMode,
+) -> CutOutcome {
     let options = harness::options(seed);
     let stack = stack(mode.in_order);
-    let (store, vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) = harness::create_with(stack.clone() as Arc<dyn Medium>, &options, scheme);
     if let Some(p) = point {
         stack.arm(stack.points() + p, mode.fault);
     }
@@ -86,10 +92,10 @@ pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode)
 
 /// Counts the I/O points of a workload after store creation, on an
 /// in-order medium or not (flushes sync less on the former).
-pub fn count_points(workload: &Workload, seed: u64, in_order: bool) -> u64 {
+pub fn count_points(workload: &Workload, seed: u64, scheme: u8, in_order: bool) -> u64 {
     let options = harness::options(seed);
     let stack = stack(in_order);
-    let (store, _vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
+    let (store, _vault) = harness::create_with(stack.clone() as Arc<dyn Medium>, &options, scheme);
     let start = stack.points();
     let mut runner = Runner::default();
     for step in &workload.steps {
@@ -145,12 +151,19 @@ fn verify_after_crash(
 /// adversary holding every byte ever written plus *everything the vault
 /// holds* must open nothing deleted before that commit. Returns `false` if
 /// the workload has fewer than `nth + 1` commits.
-pub fn cut_rotation(workload: &Workload, seed: u64, nth: usize, tear: TearMode) -> bool {
+pub fn cut_rotation(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    nth: usize,
+    tear: TearMode,
+) -> bool {
     let options = harness::options(seed);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create_flaky(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_flaky_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     let mut commits = 0;
     let mut cut = false;

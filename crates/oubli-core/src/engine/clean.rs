@@ -86,7 +86,7 @@ impl Engine {
         for tree in self.roots() {
             self.each_unit(tree, &mut mark)?;
         }
-        if let Some(t) = &self.catalog_unit {
+        for t in self.catalog_unit.iter().chain(&self.scheme_state_unit) {
             mark(t.addr, t.len as u64);
         }
         Ok(live)

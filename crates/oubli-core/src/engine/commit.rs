@@ -169,7 +169,17 @@ impl Engine {
             store_id: &self.store_id,
             epoch: self.epoch,
         };
-        let frame = log::seal_frame(&keys, self.log_seq, &self.pending);
+        // Keys the scheme made since the last flush that these ops need
+        // (a keyed hash forest's new tree) go first in the same batch.
+        let journal = self.ctx.scheme.journal();
+        let logged = journal.len();
+        let frame = if journal.is_empty() {
+            log::seal_frame(&keys, self.log_seq, &self.pending)
+        } else {
+            let mut ops: Vec<Op> = journal.into_iter().map(Op::Scheme).collect();
+            ops.extend(self.pending.iter().cloned());
+            log::seal_frame(&keys, self.log_seq, &ops)
+        };
         let tally = log::seal_tally(
             &keys,
             self.log_seq + 1,
@@ -209,6 +219,7 @@ impl Engine {
         self.log_offset += frame.len() as u64;
         self.tally_offset += tally.len() as u64;
         self.log_seq += 1;
+        self.ctx.scheme.journal_logged(logged);
         self.pending.clear();
         self.size_dirty.clear();
         Ok(())
@@ -274,14 +285,17 @@ impl Engine {
         // Every snapshot's changed nodes (after a redaction or a cleaner
         // run) and the table of their roots.
         let catalog = self.persist_catalog()?;
-        // 3. Nodes durable before the superblock that names them.
-        self.sync("syncing tree nodes")?;
-        // 4. The new superblock, sealed by a fresh epoch key, in the other slot.
         let next = VaultRecord {
             store_id: self.store_id,
             epoch: self.epoch + 1,
             key: self.ctx.provider.random_key(),
         };
+        // A key scheme with keys outside the tree forgets every key no
+        // retained root reaches, and its state goes under the new epoch key.
+        let scheme_state = self.persist_scheme_state(&catalog, &next)?;
+        // 3. Nodes durable before the superblock that names them.
+        self.sync("syncing tree nodes")?;
+        // 4. The new superblock, sealed by a fresh epoch key, in the other slot.
         let log = LogPlace {
             segment: self.alloc_segment(),
             tally: Some(self.alloc_segment()),
@@ -302,8 +316,8 @@ impl Engine {
             live_bytes: self.live_bytes,
             committed_at: now_secs(),
             catalog,
-            key_scheme: KEY_SCHEME_PARENT_POINTER,
-            scheme_state: None,
+            key_scheme: self.ctx.scheme.id(),
+            scheme_state,
         };
         let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
         let slot = self.active_slot.other();
@@ -345,6 +359,59 @@ impl Engine {
             return self.erase_vault_leftovers(previous);
         }
         Ok(())
+    }
+
+    /// Tells the key scheme which keys every retained root (the live tree,
+    /// each snapshot, the catalog) still reaches — the other keys it holds
+    /// become underivable — and seals its state for epoch `next` (`None`
+    /// for the parent-pointer scheme). Runs after every node of the
+    /// commit is sealed, so the trace sees the new roots; its cost is a
+    /// walk of the metadata of every root (DESIGN §3).
+    fn persist_scheme_state(
+        &mut self,
+        catalog: &Option<NodePtr>,
+        next: &VaultRecord,
+    ) -> Result<Option<NodePtr>> {
+        let scheme = self.ctx.scheme.clone();
+        if !scheme.keeps_keys_outside_tree() {
+            return Ok(None);
+        }
+        let mut live = Vec::new();
+        for tree in self.roots() {
+            tree.walk(&self.ctx, &mut |ptr, node| {
+                live.extend(ptr.map(|p| p.key.clone()));
+                if let Node::Leaf(entries) = node {
+                    for (_, v) in entries {
+                        if let Value::Cell(c) = v {
+                            live.push(c.key.clone());
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        live.extend(catalog.iter().map(|c| c.key.clone()));
+        scheme
+            .sweep(&live)
+            .map_err(|e| Error::Corrupt(format!("key scheme: {e}")))?;
+        let Some(plain) = scheme.commit_state() else {
+            return Ok(None);
+        };
+        let (sealed, salt) = crate::scheme_state::seal(
+            &*self.ctx.provider,
+            &next.key,
+            &self.store_id,
+            next.epoch,
+            plain,
+        );
+        let addr = self.append_unit(&sealed)?;
+        let ptr = NodePtr {
+            addr,
+            len: sealed.len() as u32,
+            key: salt,
+        };
+        self.scheme_state_unit = Some(ptr.clone());
+        Ok(Some(ptr))
     }
 
     fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {

@@ -11,7 +11,7 @@ use serde::Serialize;
 /// `oubli init`.
 pub fn init(
     g: &Global,
-    cell_size: u32,
+    create: CreateOptions,
     kdf_memory_mib: u32,
     kdf_iterations: u32,
 ) -> Result<String, Failure> {
@@ -54,7 +54,7 @@ pub fn init(
             g,
             &password,
             kdf,
-            CreateOptions { cell_size },
+            create,
             session::options(Access::Write, &provider),
         )
         .map_err(|e| g.fail(e))
@@ -81,11 +81,12 @@ pub fn init(
             .to_string(),
     };
     Ok(format!(
-        "created store {} (cell size {}) at epoch {}\n\
+        "created store {} (cell size {}, key scheme {}) at epoch {}\n\
          created vault {} (Argon2id, {} MiB, {} passes)\n\
          Keep the password and the vault: without both, nothing in the store can be read.\n{note}",
         g.store_shown().display(),
-        ui::size(u64::from(cell_size)),
+        ui::size(u64::from(create.cell_size)),
+        ui::key_scheme_name(create.key_scheme),
         store.epoch(),
         g.vault_shown.display(),
         kdf_memory_mib,

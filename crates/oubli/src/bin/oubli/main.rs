@@ -76,6 +76,9 @@ enum Command {
         /// Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)
         #[arg(long, value_name = "SIZE", default_value_t = oubli::DEFAULT_CELL_SIZE, value_parser = ui::parse_cell_size)]
         cell_size: u32,
+        /// Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe)
+        #[arg(long, value_name = "SCHEME", default_value = "parent-pointer", value_parser = ui::parse_key_scheme)]
+        key_scheme: u8,
         /// Argon2id memory for the password key, in MiB
         #[arg(long, value_name = "MIB", default_value_t = 64)]
         kdf_memory: u32,
@@ -293,9 +296,18 @@ fn run(cli: Cli) -> Result<String, Failure> {
     match cli.command {
         Command::Init {
             cell_size,
+            key_scheme,
             kdf_memory,
             kdf_iterations,
-        } => admin::init(&g, cell_size, kdf_memory, kdf_iterations),
+        } => admin::init(
+            &g,
+            oubli::CreateOptions {
+                cell_size,
+                key_scheme,
+            },
+            kdf_memory,
+            kdf_iterations,
+        ),
         Command::Put { name, src, share } => data::put(&g, &name, src.as_deref(), share.as_deref()),
         Command::Get {
             name,

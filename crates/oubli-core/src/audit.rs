@@ -173,33 +173,10 @@ pub fn recover_with_shares(
             if !seen_sb.insert((header.epoch, bytes.clone())) {
                 continue;
             }
-            // The epoch's key scheme, with the keys its log added.
-            let Ok(scheme) = crate::scheme_state::load(
-                &*medium,
-                provider.clone(),
-                &rec.key,
-                &rec.store_id,
-                header.epoch,
-                &body,
-            ) else {
-                out.failures += 1;
+            let Some((scheme, ops)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
+            else {
                 continue;
             };
-            let keys = log::LogKeys {
-                provider: &*provider,
-                epoch_key: &rec.key,
-                store_id: &rec.store_id,
-                epoch: header.epoch,
-            };
-            let read = log::read_log(&*medium, &body.log_place(), &keys);
-            let ops: Vec<log::Op> = read.batches.into_iter().flatten().collect();
-            for op in &ops {
-                if let log::Op::Scheme(record) = op {
-                    if scheme.replay(record).is_err() {
-                        out.failures += 1;
-                    }
-                }
-            }
             let ctx = &epoch_ctx(&medium, &provider, scheme);
             out.epochs_opened.insert(header.epoch);
             out.cell_size = body.cell_size;
@@ -261,6 +238,107 @@ pub fn recover_with_shares(
             .map(|(_, key)| key);
         let ctx = epoch_ctx(&medium, &provider, scheme);
         open_cell(&ctx, oid, cell, &cref, source, share, &mut out);
+    }
+    out
+}
+
+/// The key scheme of the epoch `rec` opens, with the keys its log added,
+/// and the log's ops (every batch that opens, damaged or not).
+fn open_epoch(
+    medium: &Arc<dyn Medium>,
+    provider: &Arc<dyn CryptoProvider>,
+    rec: &VaultRecord,
+    body: &superblock::Body,
+    failures: &mut usize,
+) -> Option<(Arc<dyn KeyScheme>, Vec<log::Op>)> {
+    let Ok(scheme) = crate::scheme_state::load(
+        &**medium,
+        provider.clone(),
+        &rec.key,
+        &rec.store_id,
+        rec.epoch,
+        body,
+    ) else {
+        *failures += 1;
+        return None;
+    };
+    let keys = log::LogKeys {
+        provider: &**provider,
+        epoch_key: &rec.key,
+        store_id: &rec.store_id,
+        epoch: rec.epoch,
+    };
+    let read = log::read_log(&**medium, &body.log_place(), &keys);
+    let ops: Vec<log::Op> = read.batches.into_iter().flatten().collect();
+    for op in &ops {
+        if let log::Op::Scheme(record) = op {
+            if scheme.replay(record).is_err() {
+                *failures += 1;
+            }
+        }
+    }
+    Some((scheme, ops))
+}
+
+/// An adversary who learned where units lie and their key references
+/// (not secret when a scheme keeps its keys outside the tree: a forest
+/// leaf index) — say from old copies opened with old keys, `known` — and
+/// holds the vault's `current` records: the units of `known` that open
+/// with the key the scheme of an epoch it can open derives from their
+/// reference. The scheme must have made every key of a deleted unit
+/// underivable, so for those this must be empty. Under the parent-pointer
+/// scheme a reference is the key itself, so this adversary does not apply
+/// (nothing is returned).
+pub fn rederive(
+    superblocks: &[Vec<u8>],
+    medium: Arc<dyn Medium>,
+    current: &[VaultRecord],
+    known: &[Recovered],
+    provider: Arc<dyn CryptoProvider>,
+) -> Recovery {
+    let mut out = Recovery::default();
+    for bytes in superblocks {
+        let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
+            continue;
+        };
+        for rec in current {
+            if rec.store_id != header.store_id || rec.epoch != header.epoch {
+                continue;
+            }
+            let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
+                continue;
+            };
+            let Some((scheme, _)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
+            else {
+                continue;
+            };
+            if !scheme.keeps_keys_outside_tree() {
+                continue;
+            }
+            out.epochs_opened.insert(header.epoch);
+            out.cell_size = body.cell_size;
+            for u in known {
+                let Ok(key) = scheme.resolve(&u.key) else {
+                    continue;
+                };
+                let len = u.plaintext.len() as u32;
+                if let Ok(plaintext) = open_unit(
+                    &*medium,
+                    &*provider,
+                    &key,
+                    u.addr,
+                    u64::from(len) + oubli_crypto::TAG_LEN as u64,
+                    &cell_aad(u.oid, u.cell, u.start, len),
+                    &String::new,
+                ) {
+                    out.units.push(Recovered {
+                        plaintext,
+                        key: u.key.clone(),
+                        ..*u
+                    });
+                }
+            }
+        }
     }
     out
 }

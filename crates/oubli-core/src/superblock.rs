@@ -250,10 +250,11 @@ pub fn open(
         })
     };
     let body = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock body: {e}")))?;
-    // The parent-pointer scheme keeps no state; the keyed hash forest
-    // names its state from its first commit on.
+    // The parent-pointer scheme keeps no state; the others name theirs
+    // from their first commit on.
     match (body.key_scheme, &body.scheme_state) {
-        (KEY_SCHEME_PARENT_POINTER, None) | (oubli_crypto::SCHEME_KEYED_HASH_FOREST, _) => {}
+        (KEY_SCHEME_PARENT_POINTER, None)
+        | (oubli_crypto::SCHEME_KEYED_HASH_FOREST | oubli_crypto::SCHEME_KEY_STORAGE_AREA, _) => {}
         _ => return Err(Error::UnknownKeyScheme(body.key_scheme)),
     }
     if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {

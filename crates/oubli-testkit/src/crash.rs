@@ -1,6 +1,6 @@
 //! The crash sweep: cut the power at every I/O point of a workload, reopen, and check both halves of the guarantee.
 
-use crate::adversary::Adversary;
+use crate::adversary::{check_no_rederivation, Adversary};
 use crate::harness;
 use crate::vault::RecordingVault;
 use crate::workload::{Runner, Step, Workload};
@@ -81,7 +81,7 @@ pub fn cut_at(
         &vault,
         &runner,
         &options,
-        mode,
+        (scheme, mode),
         seed ^ point.unwrap_or(0),
     );
     CutOutcome {
@@ -109,7 +109,7 @@ fn verify_after_crash(
     vault: &Arc<RecordingVault>,
     runner: &Runner,
     options: &Options,
-    mode: CutMode,
+    (scheme, mode): (u8, CutMode),
     seed: u64,
 ) {
     let crashed = Arc::new(RecordingMedium::new(
@@ -132,6 +132,14 @@ fn verify_after_crash(
     // ...and every share vault's content.
     let shares = runner.share_keys();
     for adversary in [Adversary::seize(stack.inner()), Adversary::seize(&crashed)] {
+        check_no_rederivation(
+            &adversary,
+            scheme,
+            &vault.history(),
+            &**vault,
+            runner,
+            options.provider.clone(),
+        );
         let recovered =
             adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
         let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();

@@ -3,7 +3,8 @@
 use crate::vault::RecordingVault;
 use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
 use oubli_crypto::{
-    CryptoProvider, DeterministicProvider, SCHEME_KEYED_HASH_FOREST, SCHEME_PARENT_POINTER,
+    CryptoProvider, DeterministicProvider, SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA,
+    SCHEME_PARENT_POINTER,
 };
 use oubli_vault::{FlakyVault, MemoryVault};
 use std::sync::Arc;
@@ -28,7 +29,11 @@ pub fn provider(options: &Options) -> Arc<dyn CryptoProvider> {
 }
 
 /// Every key scheme: the proof tests that take a scheme run once per entry.
-pub const SCHEMES: [u8; 2] = [SCHEME_PARENT_POINTER, SCHEME_KEYED_HASH_FOREST];
+pub const SCHEMES: [u8; 3] = [
+    SCHEME_PARENT_POINTER,
+    SCHEME_KEYED_HASH_FOREST,
+    SCHEME_KEY_STORAGE_AREA,
+];
 
 /// The scheme's name, for test messages.
 pub fn scheme_name(scheme: u8) -> &'static str {

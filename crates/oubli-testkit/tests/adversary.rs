@@ -2,7 +2,7 @@
 
 use oubli_core::{Error, Medium, Vault};
 use oubli_media::{MemMedium, RecordingMedium};
-use oubli_testkit::adversary::check_promise;
+use oubli_testkit::adversary::{check_no_rederivation, check_promise};
 use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Step, Workload};
 use oubli_testkit::Adversary;
@@ -32,6 +32,24 @@ fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8) {
         runner.step(&store, step).expect("step");
         if *step == Step::Commit && runner.commits % 3 == 0 {
             check_promise(&recording, &*vault, &runner, options.provider.clone());
+            let rederived = check_no_rederivation(
+                &Adversary::seize(&recording),
+                scheme,
+                &vault.history(),
+                &*vault,
+                &runner,
+                options.provider.clone(),
+            );
+            // Not blind: under a scheme with keys outside the tree, every
+            // live block rederives.
+            if scheme != harness::SCHEMES[0] {
+                let live = runner.model.live_markers();
+                let missing: Vec<_> = live.difference(&rederived).take(5).collect();
+                assert!(
+                    missing.is_empty(),
+                    "live data did not rederive: {missing:?}"
+                );
+            }
             checked += 1;
         }
     }

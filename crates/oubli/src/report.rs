@@ -32,6 +32,9 @@ pub struct StatusReport {
     /// Roots of the keyed hash forest (its fragmentation).
     #[serde(default)]
     pub key_forest_roots: Option<u64>,
+    /// Keys held in the key storage area.
+    #[serde(default)]
+    pub key_area_keys: Option<u64>,
     pub provider: String,
     pub vault: VaultReport,
     pub policy: PolicyReport,
@@ -139,6 +142,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         key_scheme_state_bytes: s.key_scheme_stats.state_bytes,
         key_ref_bytes: s.key_scheme_stats.key_ref_bytes,
         key_forest_roots: s.key_scheme_stats.roots,
+        key_area_keys: s.key_scheme_stats.keys,
         provider: s.provider.to_string(),
         vault: VaultReport {
             kind: s.vault.kind.clone(),

@@ -52,6 +52,7 @@ complete -c oubli -n "__fish_oubli_needs_command" -f -a "umount" -d 'Unmount a m
 complete -c oubli -n "__fish_oubli_needs_command" -f -a "generate" -d 'Write the man pages and shell completions under DIR (as under /usr/local/share)'
 complete -c oubli -n "__fish_oubli_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l cell-size -d 'Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)' -r
+complete -c oubli -n "__fish_oubli_using_subcommand init" -l key-scheme -d 'Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe), key-storage-area (an array of key positions, DNEFS)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-memory -d 'Argon2id memory for the password key, in MiB' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-iterations -d 'Argon2id passes for the password key' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l store -d 'The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F

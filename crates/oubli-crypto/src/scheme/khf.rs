@@ -25,10 +25,13 @@
 //!
 //! [`sweep`]: KeyScheme::sweep
 
-use super::{KeyRef, KeyScheme, SchemeError, SchemeStats, KEY_REF_LEN, SCHEME_KEYED_HASH_FOREST};
+use super::{
+    index_of, index_ref, Cursor, KeyRef, KeyScheme, Pending, SchemeError, SchemeStats, INDEX_BYTES,
+    SCHEME_KEYED_HASH_FOREST,
+};
 use crate::provider::CryptoProvider;
 use crate::secret::{SecretKey, KEY_LEN};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Children per node from the root down (Lethe's setup).
@@ -37,8 +40,6 @@ const HEIGHT: u8 = FANOUTS.len() as u8;
 const LABEL: &[u8] = b"oubli/khf/v1";
 const STATE_VERSION: u8 = 1;
 const RECORD_TREE: u8 = 1;
-/// Bytes of key reference a unit needs.
-const INDEX_BYTES: usize = 8;
 
 /// Leaves under a node of height `h`.
 fn span(h: u8) -> u64 {
@@ -62,30 +63,15 @@ struct Forest {
     next_leaf: u64,
     /// End of the tree this session allocates from (0: none started yet).
     session_end: u64,
-    /// Detached allocations not yet in the tree: sweeps keep them.
-    unplaced: BTreeSet<u64>,
-    /// Trees started since the last flush that logged them: `(start, key)`.
-    journal: Vec<(u64, SecretKey)>,
+    /// Detached allocations, and trees started since the last flush that
+    /// logged them: `(start, key)`.
+    pending: Pending<(u64, SecretKey)>,
 }
 
 /// The keyed hash forest scheme (issue 11).
 pub struct KeyedHashForest {
     provider: Arc<dyn CryptoProvider>,
     forest: Mutex<Forest>,
-}
-
-fn leaf_of(key_ref: &KeyRef) -> Result<u64, SchemeError> {
-    let (index, rest) = key_ref.0.split_at(INDEX_BYTES);
-    if rest.iter().any(|&b| b != 0) {
-        return Err(SchemeError("not a keyed-hash-forest leaf reference".into()));
-    }
-    Ok(u64::from_le_bytes(index.try_into().expect("8 bytes")))
-}
-
-fn key_ref_of(leaf: u64) -> KeyRef {
-    let mut bytes = [0u8; KEY_REF_LEN];
-    bytes[..INDEX_BYTES].copy_from_slice(&leaf.to_le_bytes());
-    KeyRef(bytes)
 }
 
 impl KeyedHashForest {
@@ -158,35 +144,26 @@ impl KeyedHashForest {
 
     /// The committed state of a store.
     pub fn decode(provider: Arc<dyn CryptoProvider>, bytes: &[u8]) -> Result<Self, SchemeError> {
-        let bad = || SchemeError("keyed hash forest state is malformed".into());
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], SchemeError> {
-            let piece = bytes.get(at..at + n).ok_or_else(bad)?;
-            at += n;
-            Ok(piece)
-        };
-        let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        if take(1)?[0] != STATE_VERSION {
-            return Err(bad());
+        let mut r = Cursor::new(bytes, "keyed hash forest state");
+        if r.u8()? != STATE_VERSION {
+            return Err(r.bad());
         }
-        let next_leaf = u64_at(take(8)?);
-        let count = u64_at(take(8)?);
+        let next_leaf = r.u64()?;
+        let count = r.u64()?;
         let mut roots = BTreeMap::new();
         let mut last_end = 0u64;
         for _ in 0..count {
-            let start = u64_at(take(8)?);
-            let height = take(1)?[0];
-            let key = SecretKey::from_slice(take(KEY_LEN)?).ok_or_else(bad)?;
+            let start = r.u64()?;
+            let height = r.u8()?;
+            let key = r.key()?;
             // Roots are sorted, disjoint and aligned to their span.
             if height > HEIGHT || start % span(height) != 0 || start < last_end {
-                return Err(bad());
+                return Err(r.bad());
             }
             last_end = start + span(height);
             roots.insert(start, Root { height, key });
         }
-        if at != bytes.len() {
-            return Err(bad());
-        }
+        r.end()?;
         Ok(KeyedHashForest {
             provider,
             forest: Mutex::new(Forest {
@@ -218,7 +195,7 @@ impl KeyScheme for KeyedHashForest {
                     key: key.clone(),
                 },
             );
-            f.journal.push((start, key));
+            f.pending.journal.push((start, key));
             f.next_leaf = start;
             f.session_end = start + tree_span();
         }
@@ -227,21 +204,18 @@ impl KeyScheme for KeyedHashForest {
         let key = self
             .derive_leaf(&f, leaf)
             .expect("the session's tree covers its unallocated leaves");
-        (key, key_ref_of(leaf))
+        (key, index_ref(leaf))
     }
     fn allocate_detached(&self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
         let (key, key_ref) = self.allocate(provider);
-        let leaf = leaf_of(&key_ref).expect("own reference");
-        self.lock().unplaced.insert(leaf);
+        self.lock().pending.detach(&key_ref);
         (key, key_ref)
     }
     fn placed(&self, key_ref: &KeyRef) {
-        if let Ok(leaf) = leaf_of(key_ref) {
-            self.lock().unplaced.remove(&leaf);
-        }
+        self.lock().pending.place(key_ref);
     }
     fn resolve(&self, key_ref: &KeyRef) -> Result<SecretKey, SchemeError> {
-        let leaf = leaf_of(key_ref)?;
+        let leaf = index_of(key_ref)?;
         self.derive_leaf(&self.lock(), leaf)
     }
     fn keeps_keys_outside_tree(&self) -> bool {
@@ -249,11 +223,11 @@ impl KeyScheme for KeyedHashForest {
     }
     fn sweep(&self, live: &[KeyRef]) -> Result<(), SchemeError> {
         let mut f = self.lock();
-        let mut needed = Vec::with_capacity(live.len() + f.unplaced.len());
+        let mut needed = Vec::with_capacity(live.len() + f.pending.unplaced.len());
         for r in live {
-            needed.push(leaf_of(r)?);
+            needed.push(index_of(r)?);
         }
-        needed.extend(f.unplaced.iter().copied());
+        needed.extend(f.pending.unplaced.iter().copied());
         needed.sort_unstable();
         needed.dedup();
         let frontier = f.next_leaf;
@@ -279,6 +253,7 @@ impl KeyScheme for KeyedHashForest {
     }
     fn journal(&self) -> Vec<Vec<u8>> {
         self.lock()
+            .pending
             .journal
             .iter()
             .map(|(start, key)| {
@@ -290,18 +265,18 @@ impl KeyScheme for KeyedHashForest {
             .collect()
     }
     fn journal_logged(&self, count: usize) {
-        let mut f = self.lock();
-        let n = count.min(f.journal.len());
-        f.journal.drain(..n);
+        self.lock().pending.logged(count);
     }
     fn replay(&self, record: &[u8]) -> Result<(), SchemeError> {
-        let bad = || SchemeError("keyed hash forest log record is malformed".into());
-        if record.len() != 1 + 8 + KEY_LEN || record[0] != RECORD_TREE {
-            return Err(bad());
+        let mut r = Cursor::new(record, "keyed hash forest log record");
+        if r.u8()? != RECORD_TREE {
+            return Err(r.bad());
         }
-        let start = u64::from_le_bytes(record[1..9].try_into().expect("8"));
+        let start = r.u64()?;
+        let key = r.key()?;
+        r.end()?;
         if start % tree_span() != 0 {
-            return Err(bad());
+            return Err(r.bad());
         }
         let mut f = self.lock();
         // A tree the committed state already has (logged again after a
@@ -309,7 +284,6 @@ impl KeyScheme for KeyedHashForest {
         if start < f.next_leaf {
             return Ok(());
         }
-        let key = SecretKey::from_slice(&record[9..]).ok_or_else(bad)?;
         f.roots.insert(
             start,
             Root {
@@ -328,6 +302,7 @@ impl KeyScheme for KeyedHashForest {
             state_bytes: 17 + f.roots.len() as u64 * (9 + KEY_LEN as u64),
             key_ref_bytes: INDEX_BYTES as u32,
             roots: Some(f.roots.len() as u64),
+            keys: None,
         }
     }
 }
@@ -369,7 +344,7 @@ mod tests {
             let (k, r) = f.allocate(&p);
             assert!(seen.insert(*k.expose()), "a key was handed out twice");
             assert_eq!(f.resolve(&r).unwrap(), k);
-            refs.push((leaf_of(&r).unwrap(), k));
+            refs.push((index_of(&r).unwrap(), k));
         }
         let trees = f.journal();
         assert_eq!(trees.len(), 2, "a second tree past the first's span");
@@ -458,6 +433,6 @@ mod tests {
         assert!(s2.resolve(&r).is_err());
         // New allocations start past the replayed tree.
         let (_, r2) = s2.allocate(&p);
-        assert!(leaf_of(&r2).unwrap() >= 2 * tree_span());
+        assert!(index_of(&r2).unwrap() >= 2 * tree_span());
     }
 }

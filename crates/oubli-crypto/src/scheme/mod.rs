@@ -5,7 +5,106 @@ use crate::secret::{SecretKey, KEY_LEN};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 mod khf;
+mod ksa;
 pub use khf::{KeyedHashForest, FANOUTS};
+pub use ksa::{KeyStorageArea, BLOCK_KEYS};
+
+/// Bytes of key reference an index scheme (forest leaf, KSA position)
+/// needs; the rest of the 32-byte slot is zero.
+pub(crate) const INDEX_BYTES: usize = 8;
+
+/// The index a reference of an index scheme holds.
+pub(crate) fn index_of(key_ref: &KeyRef) -> Result<u64, SchemeError> {
+    let (index, rest) = key_ref.0.split_at(INDEX_BYTES);
+    if rest.iter().any(|&b| b != 0) {
+        return Err(SchemeError("not an index key reference".into()));
+    }
+    Ok(u64::from_le_bytes(index.try_into().expect("8 bytes")))
+}
+
+/// The reference an index scheme stores for `index`.
+pub(crate) fn index_ref(index: u64) -> KeyRef {
+    let mut bytes = [0u8; KEY_REF_LEN];
+    bytes[..INDEX_BYTES].copy_from_slice(&index.to_le_bytes());
+    KeyRef(bytes)
+}
+
+/// What an index scheme keeps between commits besides its state: detached
+/// allocations not yet placed (a sweep keeps them) and journal records not
+/// yet logged.
+pub(crate) struct Pending<R> {
+    pub(crate) unplaced: std::collections::BTreeSet<u64>,
+    pub(crate) journal: Vec<R>,
+}
+
+impl<R> Default for Pending<R> {
+    fn default() -> Self {
+        Pending {
+            unplaced: Default::default(),
+            journal: Vec::new(),
+        }
+    }
+}
+
+impl<R> Pending<R> {
+    pub(crate) fn detach(&mut self, key_ref: &KeyRef) {
+        self.unplaced
+            .insert(index_of(key_ref).expect("the scheme's own reference"));
+    }
+    pub(crate) fn place(&mut self, key_ref: &KeyRef) {
+        if let Ok(index) = index_of(key_ref) {
+            self.unplaced.remove(&index);
+        }
+    }
+    pub(crate) fn logged(&mut self, count: usize) {
+        let n = count.min(self.journal.len());
+        self.journal.drain(..n);
+    }
+}
+
+/// Reads a scheme's state or log record front to back.
+pub(crate) struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    what: &'static str,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
+        Cursor { bytes, at: 0, what }
+    }
+    pub(crate) fn bad(&self) -> SchemeError {
+        SchemeError(format!("{} is malformed", self.what))
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], SchemeError> {
+        let piece = self
+            .bytes
+            .get(self.at..self.at + n)
+            .ok_or_else(|| self.bad())?;
+        self.at += n;
+        Ok(piece)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, SchemeError> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, SchemeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    pub(crate) fn key(&mut self) -> Result<SecretKey, SchemeError> {
+        let bytes = self.take(KEY_LEN)?;
+        SecretKey::from_slice(bytes).ok_or_else(|| self.bad())
+    }
+    /// Everything was read.
+    pub(crate) fn end(&self) -> Result<(), SchemeError> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(self.bad())
+        }
+    }
+}
 
 /// Bytes of key reference stored in every parent pointer.
 pub const KEY_REF_LEN: usize = 32;
@@ -37,6 +136,7 @@ impl std::fmt::Debug for KeyRef {
 /// Scheme ids as the superblock records them.
 pub const SCHEME_PARENT_POINTER: u8 = 0;
 pub const SCHEME_KEYED_HASH_FOREST: u8 = 1;
+pub const SCHEME_KEY_STORAGE_AREA: u8 = 2;
 
 /// A key reference the scheme cannot turn into a key (revoked, malformed,
 /// or state that cannot be read).
@@ -61,6 +161,8 @@ pub struct SchemeStats {
     pub key_ref_bytes: u32,
     /// Roots of a keyed hash forest (its fragmentation).
     pub roots: Option<u64>,
+    /// Keys held in a key storage area (its used positions).
+    pub keys: Option<u64>,
 }
 
 /// Where unit keys come from.
@@ -119,6 +221,7 @@ pub trait KeyScheme: Send + Sync + 'static {
             state_bytes: 0,
             key_ref_bytes: KEY_REF_LEN as u32,
             roots: None,
+            keys: None,
         }
     }
 }
@@ -135,6 +238,10 @@ pub fn load_scheme(
             Some(bytes) => KeyedHashForest::decode(provider, bytes)?,
             None => KeyedHashForest::new(provider),
         })),
+        (SCHEME_KEY_STORAGE_AREA, state) => Ok(std::sync::Arc::new(match state {
+            Some(bytes) => KeyStorageArea::decode(bytes)?,
+            None => KeyStorageArea::default(),
+        })),
         (id, _) => Err(SchemeError(format!("unknown key scheme {id}"))),
     }
 }
@@ -148,9 +255,10 @@ pub fn scheme_name(id: u8) -> Option<&'static str> {
 }
 
 /// The names `oubli init --key-scheme` takes, by id.
-pub const SCHEME_NAMES: [(&str, u8); 2] = [
+pub const SCHEME_NAMES: [(&str, u8); 3] = [
     ("parent-pointer", SCHEME_PARENT_POINTER),
     ("keyed-hash-forest", SCHEME_KEYED_HASH_FOREST),
+    ("key-storage-area", SCHEME_KEY_STORAGE_AREA),
 ];
 
 /// The default scheme: each unit gets a fresh random key, kept only in its

@@ -76,7 +76,7 @@ enum Command {
         /// Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)
         #[arg(long, value_name = "SIZE", default_value_t = oubli::DEFAULT_CELL_SIZE, value_parser = ui::parse_cell_size)]
         cell_size: u32,
-        /// Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe)
+        /// Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe), key-storage-area (an array of key positions, DNEFS)
         #[arg(long, value_name = "SCHEME", default_value = "parent-pointer", value_parser = ui::parse_key_scheme)]
         key_scheme: u8,
         /// Argon2id memory for the password key, in MiB

@@ -391,9 +391,16 @@ impl Engine {
             })?;
         }
         live.extend(catalog.iter().map(|c| c.key.clone()));
-        scheme
-            .sweep(&live)
-            .map_err(|e| Error::Corrupt(format!("key scheme: {e}")))?;
+        {
+            // A read or a write's merge that captured a cell pointer under
+            // the engine lock resolves its key after releasing it, holding
+            // the I/O guard: the sweep waits for those, so no unit it was
+            // promised vanishes under it.
+            let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
+            scheme
+                .sweep(&live)
+                .map_err(|e| Error::Corrupt(format!("key scheme: {e}")))?;
+        }
         let Some(plain) = scheme.commit_state() else {
             return Ok(None);
         };

@@ -305,12 +305,19 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
     let Some(server) = oubli_s3::test_server::TestServer::start_or_skip(dir.path()) else {
         return;
     };
-    let at = server.bucket("adversary", true, "store");
+    for scheme in harness::SCHEMES {
+        versioned_bucket_with(&server, scheme);
+    }
+}
+
+fn versioned_bucket_with(server: &oubli_s3::test_server::TestServer, scheme: u8) {
+    let at = server.bucket(&format!("adversary-{scheme}"), true, "store");
     let medium = oubli_s3::S3Medium::open_with(&at, &server.config())
         .unwrap()
         .with_segment_capacity(harness::TEST_SEGMENT);
     let options = harness::options(21);
-    let (store, vault) = harness::create(Arc::new(medium) as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(Arc::new(medium) as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::generate(21, 700, 64 * 1024, 25);
     let mut runner = Runner::default();
     let admin = server.admin();
@@ -333,6 +340,14 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
     let adversary = Adversary::seize_bucket(&admin, &at.bucket, &at.prefix);
     oubli_testkit::adversary::check_promise_against(
         &adversary,
+        &*vault,
+        &runner,
+        options.provider.clone(),
+    );
+    check_no_rederivation(
+        &adversary,
+        scheme,
+        &vault.history(),
         &*vault,
         &runner,
         options.provider.clone(),

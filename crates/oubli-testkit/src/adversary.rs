@@ -172,6 +172,26 @@ pub fn check_no_rederivation(
     rederived
 }
 
+/// [`check_no_rederivation`] against everything `recording` ever held,
+/// with every key `vault` ever held as the source of units' identities.
+pub fn check_no_rederivation_on(
+    recording: &RecordingMedium<MemMedium>,
+    scheme: u8,
+    vault: &crate::vault::RecordingVault,
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) -> BTreeSet<Marker> {
+    let adversary = Adversary::seize(recording);
+    check_no_rederivation(
+        &adversary,
+        scheme,
+        &vault.history(),
+        vault,
+        runner,
+        provider,
+    )
+}
+
 /// Both halves of the promise against everything `recording` ever held and
 /// the vault's whole content (its current key and anything older it still
 /// holds): no plaintext on the medium, nothing in `runner.erased` opens, and

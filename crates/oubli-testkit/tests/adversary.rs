@@ -2,7 +2,7 @@
 
 use oubli_core::{Error, Medium, Vault};
 use oubli_media::{MemMedium, RecordingMedium};
-use oubli_testkit::adversary::{check_no_rederivation, check_promise};
+use oubli_testkit::adversary::{check_no_rederivation, check_no_rederivation_on, check_promise};
 use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Step, Workload};
 use oubli_testkit::Adversary;
@@ -32,11 +32,10 @@ fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8) {
         runner.step(&store, step).expect("step");
         if *step == Step::Commit && runner.commits % 3 == 0 {
             check_promise(&recording, &*vault, &runner, options.provider.clone());
-            let rederived = check_no_rederivation(
-                &Adversary::seize(&recording),
+            let rederived = check_no_rederivation_on(
+                &recording,
                 scheme,
-                &vault.history(),
-                &*vault,
+                &vault,
                 &runner,
                 options.provider.clone(),
             );

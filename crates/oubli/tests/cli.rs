@@ -301,8 +301,17 @@ fn every_key_scheme_erases_at_commit_and_reports_itself() {
             "{status}"
         );
         env.cmd().arg("fsck").assert().success();
-        env.cmd().arg("gc").assert().success();
+        env.cmd()
+            .args(["gc", "--consolidate-keys"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(if scheme == "keyed-hash-forest" {
+                "key forest roots"
+            } else {
+                "consolidated"
+            }));
         assert_eq!(env.get("keeper"), noise(50_000, 2), "{scheme}");
+        env.cmd().arg("audit").assert().success();
     }
     let dir = tempfile::tempdir().unwrap();
     Command::cargo_bin("oubli")

@@ -197,6 +197,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand gc" -l password-file -d 'Rea
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l purge-versions -d 'On a store in a versioned S3 bucket, also delete the old versions the bucket keeps of the store\'s objects (ciphertext under dead keys: only space is at stake)'
+complete -c oubli -n "__fish_oubli_using_subcommand gc" -l consolidate-keys -d 'First re-seal the live data under fresh keys, so that a keyed hash forest fragmented by deletions shrinks back to few roots (reads and rewrites all live data; nothing to do under parent-pointer)'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-copy -d 'An old copy of the store directory the adversary also holds (backup, snapshot); repeatable' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-vault-copy -d 'An old copy of the vault file the adversary also holds; repeatable' -r -F

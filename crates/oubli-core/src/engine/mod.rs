@@ -9,6 +9,7 @@
 mod check;
 mod clean;
 mod commit;
+mod consolidate;
 mod names;
 mod read;
 mod recover;
@@ -19,6 +20,7 @@ mod write;
 pub use check::{FsckReport, Overhead, Status};
 pub use clean::GcReport;
 use commit::UnknownRotation;
+pub use consolidate::ConsolidateReport;
 pub use share::{ShareInfo, ShareOpener, SHARE_DESTROYED};
 pub(crate) use snapshot::read_catalog;
 use snapshot::Snapshot;

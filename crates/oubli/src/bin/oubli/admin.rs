@@ -300,7 +300,12 @@ fn render_status(r: &StatusReport) -> String {
 }
 
 /// `oubli gc [--threshold F] [--purge-versions]`.
-pub fn gc(g: &Global, threshold: f64, purge_versions: bool) -> Result<String, Failure> {
+pub fn gc(
+    g: &Global,
+    threshold: f64,
+    purge_versions: bool,
+    consolidate_keys: bool,
+) -> Result<String, Failure> {
     if purge_versions && g.remote.is_none() {
         return Err(Failure::usage(
             "--purge-versions is for a store in a versioned S3 bucket (--store s3://...)",
@@ -315,11 +320,35 @@ pub fn gc(g: &Global, threshold: f64, purge_versions: bool) -> Result<String, Fa
     // Objects nothing reaches (a command that died half-way) hold data no
     // command can delete: gone now, erased by the cleaner's commit.
     let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
+    let mut out = String::new();
+    if consolidate_keys {
+        let spinner = ui::spinner("re-keying");
+        let c = session.store.consolidate_keys();
+        drop(spinner);
+        let c = c.map_err(|e| g.fail(e))?;
+        out.push_str(&format!(
+            "consolidated: {} cell(s), {} re-sealed under fresh keys{}{}\n",
+            c.cells_rekeyed,
+            ui::size(c.bytes_resealed),
+            match (c.roots_before, c.roots_after) {
+                (Some(b), Some(a)) => format!("; key forest roots {b} -> {a}"),
+                _ => String::new(),
+            },
+            if c.cells_skipped > 0 {
+                format!(
+                    "; {} cell(s) under an unavailable share left as they were",
+                    c.cells_skipped
+                )
+            } else {
+                String::new()
+            },
+        ));
+    }
     let spinner = ui::spinner("cleaning");
     let report = session.store.gc(threshold);
     drop(spinner);
     let report = report.map_err(|e| g.fail(e))?;
-    let mut out = format!(
+    out += &format!(
         "gc: {orphans} orphan object(s) deleted and erased, {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",
         report.segments_deleted,
         ui::size(report.bytes_reclaimed),

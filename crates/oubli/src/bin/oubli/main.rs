@@ -174,6 +174,11 @@ enum Command {
         /// space is at stake)
         #[arg(long)]
         purge_versions: bool,
+        /// First re-seal the live data under fresh keys, so that a keyed hash
+        /// forest fragmented by deletions shrinks back to few roots (reads and
+        /// rewrites all live data; nothing to do under parent-pointer)
+        #[arg(long)]
+        consolidate_keys: bool,
     },
     /// Try to recover deleted data as an adversary would, and give a verdict (exit 10 on a leak)
     Audit {
@@ -344,7 +349,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Gc {
             threshold,
             purge_versions,
-        } => admin::gc(&g, threshold, purge_versions),
+            consolidate_keys,
+        } => admin::gc(&g, threshold, purge_versions, consolidate_keys),
         Command::Audit {
             fs: Some(fs),
             export: Some(export),

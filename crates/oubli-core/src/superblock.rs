@@ -45,10 +45,13 @@ pub struct Body {
     /// The catalog of snapshots and key shares, sealed as one unit
     /// (format 3; `None`: neither).
     pub catalog: Option<NodePtr>,
-    /// Which key scheme made the unit keys (format 3; 0 before).
+    /// Which key scheme made the unit keys (format 3; 0 before):
+    /// `oubli_crypto::SCHEME_*`.
     pub key_scheme: u8,
-    /// The key scheme's own committed state (format 3; reserved: `None`
-    /// for the parent-pointer scheme, which keeps every key in the tree).
+    /// The key scheme's own committed state, sealed under the epoch key
+    /// (`crate::scheme_state`; the pointer's key slot holds its salt).
+    /// `None` for the parent-pointer scheme, which keeps every key in the
+    /// tree, and for the others before their first commit.
     pub scheme_state: Option<NodePtr>,
 }
 

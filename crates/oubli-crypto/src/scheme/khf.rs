@@ -142,6 +142,31 @@ impl KeyedHashForest {
         }
     }
 
+    /// The next leaf and its key, with `f` locked.
+    fn allocate_in(&self, f: &mut Forest, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
+        if f.next_leaf >= f.session_end {
+            // A tree of this session's own, under a fresh random key.
+            let start = f.next_leaf.div_ceil(tree_span()) * tree_span();
+            let key = provider.random_key();
+            f.roots.insert(
+                start,
+                Root {
+                    height: HEIGHT,
+                    key: key.clone(),
+                },
+            );
+            f.pending.journal.push((start, key));
+            f.next_leaf = start;
+            f.session_end = start + tree_span();
+        }
+        let leaf = f.next_leaf;
+        f.next_leaf += 1;
+        let key = self
+            .derive_leaf(f, leaf)
+            .expect("the session's tree covers its unallocated leaves");
+        (key, index_ref(leaf))
+    }
+
     /// The committed state of a store.
     pub fn decode(provider: Arc<dyn CryptoProvider>, bytes: &[u8]) -> Result<Self, SchemeError> {
         let mut r = Cursor::new(bytes, "keyed hash forest state");
@@ -183,32 +208,14 @@ impl KeyScheme for KeyedHashForest {
         SCHEME_KEYED_HASH_FOREST
     }
     fn allocate(&self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
-        let mut f = self.lock();
-        if f.next_leaf >= f.session_end {
-            // A tree of this session's own, under a fresh random key.
-            let start = f.next_leaf.div_ceil(tree_span()) * tree_span();
-            let key = provider.random_key();
-            f.roots.insert(
-                start,
-                Root {
-                    height: HEIGHT,
-                    key: key.clone(),
-                },
-            );
-            f.pending.journal.push((start, key));
-            f.next_leaf = start;
-            f.session_end = start + tree_span();
-        }
-        let leaf = f.next_leaf;
-        f.next_leaf += 1;
-        let key = self
-            .derive_leaf(&f, leaf)
-            .expect("the session's tree covers its unallocated leaves");
-        (key, index_ref(leaf))
+        self.allocate_in(&mut self.lock(), provider)
     }
     fn allocate_detached(&self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
-        let (key, key_ref) = self.allocate(provider);
-        self.lock().pending.detach(&key_ref);
+        // Under one lock: a sweep between the allocation and the marking
+        // would revoke the leaf before its cell is placed.
+        let mut f = self.lock();
+        let (key, key_ref) = self.allocate_in(&mut f, provider);
+        f.pending.detach(&key_ref);
         (key, key_ref)
     }
     fn placed(&self, key_ref: &KeyRef) {

@@ -67,6 +67,19 @@ impl Area {
         }
         self.keys[pos as usize] = key;
     }
+    /// The lowest free position, under a key drawn now (journaled).
+    fn allocate(&mut self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
+        let pos = match self.free.pop_first() {
+            Some(p) => p,
+            None => self.keys.len() as u64,
+        };
+        let key = provider.random_key();
+        self.set(pos, Some(key.clone()));
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending.journal.push((seq, pos, key.clone()));
+        (key, index_ref(pos))
+    }
     fn blocks(&self) -> u64 {
         (self.keys.len() as u64).div_ceil(BLOCK_KEYS)
     }
@@ -117,21 +130,14 @@ impl KeyScheme for KeyStorageArea {
         SCHEME_KEY_STORAGE_AREA
     }
     fn allocate(&self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
-        let mut a = self.lock();
-        let pos = match a.free.pop_first() {
-            Some(p) => p,
-            None => a.keys.len() as u64,
-        };
-        let key = provider.random_key();
-        a.set(pos, Some(key.clone()));
-        let seq = a.next_seq;
-        a.next_seq += 1;
-        a.pending.journal.push((seq, pos, key.clone()));
-        (key, index_ref(pos))
+        self.lock().allocate(provider)
     }
     fn allocate_detached(&self, provider: &dyn CryptoProvider) -> (SecretKey, KeyRef) {
-        let (key, key_ref) = self.allocate(provider);
-        self.lock().pending.detach(&key_ref);
+        // Under one lock: a sweep between the allocation and the marking
+        // would free the position before its cell is placed.
+        let mut a = self.lock();
+        let (key, key_ref) = a.allocate(provider);
+        a.pending.detach(&key_ref);
         (key, key_ref)
     }
     fn placed(&self, key_ref: &KeyRef) {

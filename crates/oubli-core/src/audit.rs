@@ -251,7 +251,7 @@ fn open_epoch(
     body: &superblock::Body,
     failures: &mut usize,
 ) -> Option<(Arc<dyn KeyScheme>, Vec<log::Op>)> {
-    let Ok(scheme) = crate::scheme_state::load(
+    let Ok((scheme, _)) = crate::scheme_state::load(
         &**medium,
         provider.clone(),
         &rec.key,

@@ -1,7 +1,7 @@
 //! What only some key schemes do: consolidation of a keyed hash forest fragmented by deletions.
 
 use oubli_core::{Medium, Store};
-use oubli_crypto::{SCHEME_KEYED_HASH_FOREST, SCHEME_PARENT_POINTER};
+use oubli_crypto::{SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA, SCHEME_PARENT_POINTER};
 use oubli_media::{MemMedium, RecordingMedium};
 use oubli_testkit::adversary::{check_no_rederivation_on, check_promise};
 use oubli_testkit::harness;
@@ -87,5 +87,51 @@ fn consolidation_brings_a_fragmented_forest_back_to_few_roots() {
         )
         .unwrap();
         assert_eq!(runner.model.diff(&reopened), None, "{name} after a reopen");
+    }
+}
+
+/// A scheme state larger than a segment (a key storage area of 20,000
+/// keys is about 640 KiB; test segments hold 256 KiB) is written in
+/// chunks: the store commits, the cleaner keeps every chunk, and it
+/// reopens with every unit readable.
+#[test]
+fn a_scheme_state_larger_than_a_segment_is_committed_in_chunks() {
+    for scheme in harness::SCHEMES {
+        let options = harness::options(43);
+        let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
+        let (store, vault) =
+            harness::create_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
+        let mut runner = Runner::default();
+        let mut steps = Vec::new();
+        for pick in 0..20_000 {
+            steps.push(Step::Create);
+            steps.push(Step::Write {
+                pick,
+                off: 0,
+                len: 1,
+            });
+        }
+        steps.push(Step::Commit);
+        for step in &steps {
+            runner.step(&store, step).unwrap();
+        }
+        let state = store.status().unwrap().key_scheme_stats.state_bytes;
+        if scheme == SCHEME_KEY_STORAGE_AREA {
+            assert!(state > harness::TEST_SEGMENT, "{state} bytes of state");
+        }
+        store.gc(1.0).unwrap();
+        drop(store);
+        let reopened = Store::open(
+            medium.clone() as Arc<dyn Medium>,
+            vault.clone(),
+            options.clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            runner.model.diff(&reopened),
+            None,
+            "{}",
+            harness::scheme_name(scheme)
+        );
     }
 }

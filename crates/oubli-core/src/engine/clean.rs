@@ -114,7 +114,7 @@ impl Engine {
         for tree in self.roots() {
             self.each_unit(tree, &mut mark)?;
         }
-        for t in self.catalog_unit.iter().chain(&self.scheme_state_unit) {
+        for t in self.catalog_unit.iter().chain(&self.scheme_state_units) {
             mark(t.addr, t.len as u64);
         }
         Ok(live)

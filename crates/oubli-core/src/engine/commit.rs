@@ -401,24 +401,26 @@ impl Engine {
                 .sweep(&live)
                 .map_err(|e| Error::Corrupt(format!("key scheme: {e}")))?;
         }
-        let Some(plain) = scheme.commit_state() else {
+        let Some(mut plain) = scheme.commit_state() else {
             return Ok(None);
         };
-        let (sealed, salt) = crate::scheme_state::seal(
-            &*self.ctx.provider,
+        let provider = self.ctx.provider.clone();
+        let store_id = self.store_id;
+        // Chunks well under a segment, so that a state of any size fits.
+        let chunk = (self.segment_target / 4).clamp(4096, 1 << 20) as usize;
+        let written = crate::scheme_state::write(
+            &*provider,
             &next.key,
-            &self.store_id,
+            &store_id,
             next.epoch,
-            plain,
+            &plain,
+            chunk,
+            &mut |sealed| self.append_unit(sealed),
         );
-        let addr = self.append_unit(&sealed)?;
-        let ptr = NodePtr {
-            addr,
-            len: sealed.len() as u32,
-            key: salt,
-        };
-        self.scheme_state_unit = Some(ptr.clone());
-        Ok(Some(ptr))
+        wipe(&mut plain);
+        let written = written?;
+        self.scheme_state_units = written.units;
+        Ok(Some(written.index))
     }
 
     fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {

@@ -284,8 +284,8 @@ struct Engine {
     snapshots: BTreeMap<String, Snapshot>,
     /// Where the committed catalog lies (for the cleaner).
     catalog_unit: Option<NodePtr>,
-    /// Where the key scheme's committed state lies (for the cleaner).
-    scheme_state_unit: Option<NodePtr>,
+    /// The units of the key scheme's committed state (for the cleaner).
+    scheme_state_units: Vec<NodePtr>,
     /// Key shares by id (destroyed ones included: ids are never reused).
     shares: BTreeMap<u32, crate::share::ShareRecord>,
     /// The keys of the shares whose vaults were opened (lazily, by reads).

@@ -158,7 +158,7 @@ impl Store {
             .max(body.next_segment);
         let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
         // The store's own scheme (the options' one only picks it at create).
-        let scheme = crate::scheme_state::load(
+        let (scheme, scheme_state_units) = crate::scheme_state::load(
             &*medium,
             provider.clone(),
             &record.key,
@@ -185,7 +185,7 @@ impl Store {
         engine.segment_target = segment_target;
         engine.log = body.log_place();
         engine.live_bytes = body.live_bytes;
-        engine.scheme_state_unit = body.scheme_state.clone();
+        engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
         engine.committed_at = body.committed_at;
         engine.read_only = options.read_only;
@@ -277,7 +277,7 @@ impl Engine {
             vault_down: None,
             snapshots: BTreeMap::new(),
             catalog_unit: None,
-            scheme_state_unit: None,
+            scheme_state_units: Vec::new(),
             shares: BTreeMap::new(),
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,

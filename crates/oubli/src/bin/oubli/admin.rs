@@ -260,7 +260,7 @@ fn render_status_base(r: &StatusReport) -> String {
         r.vault.kind,
         r.vault.location,
         ui::size(u64::from(r.cell_size)),
-        r.key_scheme,
+        scheme_line(r),
         r.provider,
         policy,
     );
@@ -300,6 +300,21 @@ fn render_status(r: &StatusReport) -> String {
 }
 
 /// `oubli gc [--threshold F] [--purge-versions]`.
+/// The key scheme and, for one with keys outside the tree, its state.
+fn scheme_line(r: &StatusReport) -> String {
+    let detail = match (r.key_forest_roots, r.key_area_keys) {
+        (Some(roots), _) => format!("{roots} forest roots"),
+        (_, Some(keys)) => format!("{keys} keys"),
+        _ => return r.key_scheme.clone(),
+    };
+    format!(
+        "{} ({detail}, {} of state, {}-byte key references)",
+        r.key_scheme,
+        ui::size(r.key_scheme_state_bytes),
+        r.key_ref_bytes
+    )
+}
+
 pub fn gc(
     g: &Global,
     threshold: f64,

@@ -425,6 +425,9 @@ impl Engine {
 
     fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {
         let old_log = self.log;
+        // The new state holds the keys the scheme made before the commit:
+        // the new epoch's log need not carry them again.
+        self.ctx.scheme.committed();
         self.epoch = next.epoch;
         self.epoch_key = next.key;
         self.active_slot = slot;

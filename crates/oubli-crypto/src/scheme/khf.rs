@@ -246,7 +246,8 @@ impl KeyScheme for KeyedHashForest {
         Ok(())
     }
     fn commit_state(&self) -> Option<Vec<u8>> {
-        let f = self.lock();
+        let mut f = self.lock();
+        f.pending.in_state = f.pending.journal.len();
         let mut out = Vec::with_capacity(17 + f.roots.len() * (9 + KEY_LEN));
         out.push(STATE_VERSION);
         out.extend_from_slice(&f.next_leaf.to_le_bytes());
@@ -273,6 +274,9 @@ impl KeyScheme for KeyedHashForest {
     }
     fn journal_logged(&self, count: usize) {
         self.lock().pending.logged(count);
+    }
+    fn committed(&self) {
+        self.lock().pending.committed();
     }
     fn replay(&self, record: &[u8]) -> Result<(), SchemeError> {
         let mut r = Cursor::new(record, "keyed hash forest log record");

@@ -170,7 +170,8 @@ impl KeyScheme for KeyStorageArea {
         Ok(())
     }
     fn commit_state(&self) -> Option<Vec<u8>> {
-        let a = self.lock();
+        let mut a = self.lock();
+        a.pending.in_state = a.pending.journal.len();
         let blocks = a.blocks();
         let mut out = Vec::with_capacity(17 + blocks as usize * (BITMAP + KEY_LEN * 128));
         out.push(STATE_VERSION);
@@ -213,6 +214,9 @@ impl KeyScheme for KeyStorageArea {
     }
     fn journal_logged(&self, count: usize) {
         self.lock().pending.logged(count);
+    }
+    fn committed(&self) {
+        self.lock().pending.committed();
     }
     fn replay(&self, record: &[u8]) -> Result<(), SchemeError> {
         let mut r = Cursor::new(record, "key storage area log record");

@@ -35,6 +35,8 @@ pub(crate) fn index_ref(index: u64) -> KeyRef {
 pub(crate) struct Pending<R> {
     pub(crate) unplaced: std::collections::BTreeSet<u64>,
     pub(crate) journal: Vec<R>,
+    /// Records at the front of `journal` that the last `commit_state` holds.
+    pub(crate) in_state: usize,
 }
 
 impl<R> Default for Pending<R> {
@@ -42,6 +44,7 @@ impl<R> Default for Pending<R> {
         Pending {
             unplaced: Default::default(),
             journal: Vec::new(),
+            in_state: 0,
         }
     }
 }
@@ -58,6 +61,12 @@ impl<R> Pending<R> {
     }
     pub(crate) fn logged(&mut self, count: usize) {
         let n = count.min(self.journal.len());
+        self.journal.drain(..n);
+        self.in_state = self.in_state.saturating_sub(n);
+    }
+    /// The committed state holds the records up to `in_state`.
+    pub(crate) fn committed(&mut self) {
+        let n = std::mem::take(&mut self.in_state).min(self.journal.len());
         self.journal.drain(..n);
     }
 }
@@ -212,6 +221,9 @@ pub trait KeyScheme: Send + Sync + 'static {
     }
     /// The first `count` records of [`journal`](Self::journal) are durable.
     fn journal_logged(&self, _count: usize) {}
+    /// The state last returned by [`commit_state`](Self::commit_state) is
+    /// committed: the journal records it already holds need no logging.
+    fn committed(&self) {}
     /// Re-applies one journal record during log replay.
     fn replay(&self, _record: &[u8]) -> Result<(), SchemeError> {
         Err(SchemeError("this key scheme logs no records".into()))

@@ -49,6 +49,10 @@
 # Timed commands are not followed by a sync (except fio's end_fsync on the
 # write phases): the figure is how long the command takes, as the ERASER
 # paper's Table 2 measured it. Every phase starts with a dropped page cache.
+# With FS_BENCH_SYNC=1 the files-* and tree-* phases time the command and
+# then `sync -f DIR`: what the command changed reaches the device inside the
+# figure (on ext4 that is the journal commit, where freed blocks are
+# discarded and where a block device that infers deletes does its work).
 #
 # Settings (environment variables; defaults in brackets):
 #
@@ -63,6 +67,8 @@
 #   FS_BENCH_GREP          fixed string searched by tree-grep [MODULE_LICENSE]
 #   FS_BENCH_DROP          1: drop the page cache before each phase (needs
 #                          root), 0: don't [1]
+#   FS_BENCH_SYNC          1: the files-* and tree-* phases end with a timed
+#                          `sync -f DIR`, 0: they don't [0]
 #
 # A quick run: FS_BENCH_SEQ_SIZE=64M FS_BENCH_RAND_SIZE=32M
 # FS_BENCH_RAND_RUNTIME=3 FS_BENCH_FILES=500.
@@ -104,10 +110,14 @@ _fs_bench_fio() {
     printf '%s\n' "$out" | awk -F';' -v f="$field" '$1 == "3" {printf "%.1f", $f * 1.024 / 1000; ok = 1} END {exit !ok}'
 }
 
-# _fs_bench_time CMD...: runs CMD, prints its wall time in seconds.
+# _fs_bench_time CMD...: runs CMD (then, with FS_BENCH_SYNC=1, syncs the
+# file system of $_fs_bench_dir), prints the wall time in seconds.
 _fs_bench_time() {
     local t0=$EPOCHREALTIME
     "$@" || return 1
+    if [[ ${FS_BENCH_SYNC:-0} == 1 ]]; then
+        sync -f "$_fs_bench_dir" || return 1
+    fi
     local t1=$EPOCHREALTIME
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
 }
@@ -155,6 +165,7 @@ fs_bench_phase() {
     local par='fsb-par.$jobnum'
     local seq=${FS_BENCH_SEQ_SIZE:-1G} rsize=${FS_BENCH_RAND_SIZE:-256M} rt=${FS_BENCH_RAND_RUNTIME:-15}
     [[ -d $d ]] || { echo "fs-workloads: $d is not a directory" >&2; return 1; }
+    _fs_bench_dir=$d
     fs_bench_drop
     case $phase in
         seqwrite) v=$(_fs_bench_fio 48 "$d" --name=sw --rw=write --bs=1M --size="$seq" --end_fsync=1 --filename=fsb-seq) ;;

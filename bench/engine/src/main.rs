@@ -8,6 +8,8 @@
 mod aead;
 mod plain;
 mod report;
+mod scale;
+mod stall;
 mod store;
 mod timed;
 
@@ -17,13 +19,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use store::BoxResult;
 
-const GROUPS: [&str; 6] = [
+const GROUPS: [&str; 8] = [
     "aead",
     "plain",
     "seq",
     "rand",
     "commit-units",
     "commit-size",
+    "commit-stall",
+    "scale",
 ];
 
 const HELP: &str = "\
@@ -43,7 +47,11 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --commit-runs N      timed commits per k (median reported)           [7]
   --size-runs N        timed commits per store size (median reported)  [11]
   --aead-size SIZE     volume per in-process AEAD measurement          [512M]
-  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size
+  --stall-secs S       seconds of each commit-stall run                [10]
+  --stall-rounds N     commit-stall rounds (each: no commits, then a commit every 1 s) [3]
+  --vault-delay MS     the commit-stall vault's rotation time          [50]
+  --scale LIST         file counts of the scale stores                  [10000,100000,1000000]
+  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,scale
   --seed N             seed of the random offsets                      [42]
   --keep               keep the stores and files (default: removed after each benchmark)
 ";
@@ -60,6 +68,10 @@ struct Config {
     commit_runs: usize,
     size_runs: usize,
     aead: u64,
+    stall_secs: f64,
+    stall_rounds: usize,
+    vault_delay_ms: u64,
+    scale: Vec<u64>,
     only: HashSet<String>,
     seed: u64,
     keep: bool,
@@ -87,6 +99,17 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
+/// A comma-separated list of counts.
+fn parse_counts(s: &str) -> Result<Vec<u64>, String> {
+    s.split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("bad count {n:?}"))
+        })
+        .collect()
+}
+
 /// Rounds down to whole MiB (every workload writes in 1 MiB writes), at least 1 MiB.
 fn whole_mib(n: u64) -> u64 {
     (n / MIB).max(1) * MIB
@@ -106,6 +129,10 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         commit_runs: 7,
         size_runs: 11,
         aead: 512 << 20,
+        stall_secs: 10.0,
+        stall_rounds: 3,
+        vault_delay_ms: 50,
+        scale: vec![10_000, 100_000, 1_000_000],
         only: GROUPS.iter().map(|s| s.to_string()).collect(),
         seed: 42,
         keep: false,
@@ -131,19 +158,18 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
             "--small-size" => c.small = whole_mib(parse_size(&value()?)?),
             "--big-size" => c.big = whole_mib(parse_size(&value()?)?),
             "--aead-size" => c.aead = whole_mib(parse_size(&value()?)?),
-            "--units" => {
-                c.units = value()?
-                    .split(',')
-                    .map(|s| {
-                        s.trim()
-                            .parse::<u64>()
-                            .map_err(|_| format!("bad count {s:?}"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--scale" => c.scale = parse_counts(&value()?)?,
+            "--units" => c.units = parse_counts(&value()?)?,
             "--commit-runs" => c.commit_runs = value()?.parse().map_err(|_| "bad --commit-runs")?,
             "--size-runs" => c.size_runs = value()?.parse().map_err(|_| "bad --size-runs")?,
             "--seed" => c.seed = value()?.parse().map_err(|_| "bad --seed")?,
+            "--stall-secs" => c.stall_secs = value()?.parse().map_err(|_| "bad --stall-secs")?,
+            "--stall-rounds" => {
+                c.stall_rounds = value()?.parse().map_err(|_| "bad --stall-rounds")?
+            }
+            "--vault-delay" => {
+                c.vault_delay_ms = value()?.parse().map_err(|_| "bad --vault-delay")?
+            }
             "--only" => {
                 let v = value()?;
                 c.only = v.split(',').map(|s| s.trim().to_string()).collect();
@@ -369,6 +395,18 @@ fn run(c: &Config) -> BoxResult<()> {
             c.seed + 2,
             c.keep,
         )?;
+    }
+    if on("commit-stall") {
+        stall::commit_stall(
+            &work,
+            c.stall_secs,
+            64 << 20,
+            c.vault_delay_ms,
+            c.stall_rounds,
+        )?;
+    }
+    if on("scale") {
+        scale::scale(&work, &c.scale, c.commit_runs, c.keep)?;
     }
     Rec::new("done").emit();
     Ok(())

@@ -163,3 +163,44 @@ fn a_punch_of_nothing_logs_nothing() {
     let tail = store.read(oid, 6 * cs, 2 * cs as usize).unwrap();
     assert_eq!(tail, vec![7u8; 2 * cs as usize]);
 }
+
+#[test]
+fn punch_holes_is_the_same_punches_counted_as_one_deletion() {
+    let (fx, batched) = Fixture::new();
+    let (_, one_by_one) = Fixture::new();
+    let ranges = [
+        (CS, CS),
+        (3 * CS + 100, 2 * CS),
+        (7 * CS - 10, 20),
+        (9 * CS, CS),
+    ];
+    let mut oids = vec![];
+    for s in [&batched, &one_by_one] {
+        let oid = s.create_object(b"").unwrap();
+        s.write(oid, 0, &vec![9u8; 12 * CS as usize]).unwrap();
+        s.commit().unwrap();
+        oids.push(oid);
+    }
+    batched.punch_holes(oids[0], &ranges).unwrap();
+    for &(offset, len) in &ranges {
+        one_by_one.punch_hole(oids[1], offset, len).unwrap();
+    }
+    let read_all = |s: &Store, oid| s.read(oid, 0, 12 * CS as usize).unwrap();
+    assert_eq!(read_all(&batched, oids[0]), read_all(&one_by_one, oids[1]));
+    assert_eq!(
+        batched.extents(oids[0], 0, u64::MAX).unwrap(),
+        one_by_one.extents(oids[1], 0, u64::MAX).unwrap()
+    );
+    // The batch is one deletion event (its partial cells' rewrites count
+    // on their own, as for a single punch); one punch per range counts each.
+    let (b, o) = (
+        batched.status().unwrap().pending_deletions,
+        one_by_one.status().unwrap().pending_deletions,
+    );
+    assert!(b < o, "batched {b} deletions, one by one {o}");
+    // Logged like single punches: a crash after the flush keeps them all.
+    let want = read_all(&batched, oids[0]);
+    batched.flush().unwrap();
+    drop(batched);
+    assert_eq!(read_all(&fx.reopen(), oids[0]), want);
+}

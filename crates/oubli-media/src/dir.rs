@@ -282,6 +282,37 @@ impl DirMedium {
         self.segdir.join(format!("{id:08x}.seg"))
     }
 
+    /// fdatasync of every listed segment (opened again when its writer
+    /// was evicted; gone is fine), then of the directories whose entries
+    /// changed.
+    fn flush_dirty(
+        &self,
+        dirty: &[(SegmentId, Option<Arc<File>>)],
+        segdir: bool,
+        root: bool,
+    ) -> io::Result<()> {
+        for (id, file) in dirty {
+            let file = match file {
+                Some(f) => f.clone(),
+                None => match File::open(self.seg_path(*id)) {
+                    Ok(f) => Arc::new(f),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            // fdatasync also flushes the file size, which is all the
+            // metadata an appended file needs.
+            file.sync_data()?;
+        }
+        if segdir {
+            fsync_dir(&self.segdir)?;
+        }
+        if root {
+            fsync_dir(&self.root)?;
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> MutexGuard<'_, DirState> {
         // Every field stays meaningful even if a holder panicked.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -449,34 +480,32 @@ impl Medium for DirMedium {
         if self.read_only {
             return Ok(());
         }
-        // The lock is held throughout so that no write can slip between the
-        // flush and the clearing of its dirty flag.
-        let mut st = self.lock();
-        while let Some(&id) = st.dirty.first() {
-            let file = match st.writers.get(id) {
-                Some(w) => Some(w.file.clone()),
-                None => match File::open(self.seg_path(id)) {
-                    Ok(f) => Some(Arc::new(f)),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(e),
-                },
-            };
-            if let Some(f) = file {
-                // fdatasync also flushes the file size, which is all the
-                // metadata an appended file needs.
-                f.sync_data()?;
-            }
-            st.dirty.remove(&id);
+        // The flags are cleared under the lock *before* the flushes, which
+        // run without it: an append that slips in meanwhile marks its
+        // segment dirty again for the next sync, and appends from other
+        // threads (writers beside a commit's sync) do not wait for the disk.
+        let (dirty, segdir, root) = {
+            let mut st = self.lock();
+            let ids = std::mem::take(&mut st.dirty);
+            let files: Vec<(SegmentId, Option<Arc<File>>)> = ids
+                .into_iter()
+                .map(|id| (id, st.writers.get(id).map(|w| w.file.clone())))
+                .collect();
+            let flags = (
+                std::mem::take(&mut st.segdir_dirty),
+                std::mem::take(&mut st.root_dirty),
+            );
+            (files, flags.0, flags.1)
+        };
+        let flushed = self.flush_dirty(&dirty, segdir, root);
+        if flushed.is_err() {
+            // Nothing is known to be durable: everything stays dirty.
+            let mut st = self.lock();
+            st.dirty.extend(dirty.iter().map(|(id, _)| *id));
+            st.segdir_dirty |= segdir;
+            st.root_dirty |= root;
         }
-        if st.segdir_dirty {
-            fsync_dir(&self.segdir)?;
-            st.segdir_dirty = false;
-        }
-        if st.root_dirty {
-            fsync_dir(&self.root)?;
-            st.root_dirty = false;
-        }
-        Ok(())
+        flushed
     }
 
     fn read_superblock(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {

@@ -604,12 +604,18 @@ impl Medium for FileMedium {
     }
 
     fn sync(&self) -> io::Result<()> {
-        let mut st = self.lock();
+        // Slots freed before this point are reusable once the flush below
+        // has made their deletion durable; the flush runs without the lock
+        // so that appends from other threads go on meanwhile (what they
+        // write is the next sync's business).
+        let freed = std::mem::take(&mut self.lock().freed_unsynced);
         // fdatasync: data plus the size of a growing file; on a block device
         // it also flushes the device's write cache.
-        self.file.sync_data()?;
-        let freed = std::mem::take(&mut st.freed_unsynced);
-        st.free.extend(freed);
+        if let Err(e) = self.file.sync_data() {
+            self.lock().freed_unsynced.extend(freed);
+            return Err(e);
+        }
+        self.lock().free.extend(freed);
         Ok(())
     }
 

@@ -1,4 +1,4 @@
-//! The `Medium` conformance suite: the same properties, checked on every medium (memory, directory, file, S3 on a real server, and the recording and fault-injecting wrappers); a new medium joins by adding one `Subject`.
+//! The `Medium` conformance suite: the same properties, checked on every medium (memory, directory, file, S3 on a real server, simulated raw NAND, and the recording and fault-injecting wrappers); a new medium joins by adding one `Subject`.
 //!
 //! What the engine relies on (oubli-core `Medium`): append-only segments
 //! read back byte for byte, errors of the documented kinds, two independent
@@ -60,11 +60,29 @@ fn subjects() -> Vec<Subject> {
             reopen: None,
         },
         Subject {
+            name: "nand (image file)",
+            make: |p| Box::new(nand_medium(p, true)),
+            reopen: Some(|p| Box::new(nand_medium(p, false))),
+        },
+        Subject {
             name: "fault(memory), nothing armed",
             make: |_| Box::new(FaultMedium::new(MemMedium::with_segment_capacity(SEGMENT))),
             reopen: None,
         },
     ]
+}
+
+/// A NAND medium on a small chip image in `p` (32 KiB erase blocks, so
+/// 256 KiB segments), made or attached again.
+fn nand_medium(p: &Path, create: bool) -> oubli_nand::NandMedium {
+    let image = p.join("chip.img");
+    let ubi = if create {
+        let geometry = oubli_nand::parse_geometry("2048x16x128").unwrap();
+        oubli_nand::format(&image, geometry).unwrap()
+    } else {
+        oubli_nand::attach(&image).unwrap()
+    };
+    oubli_nand::NandMedium::new(ubi).unwrap()
 }
 
 /// Opens a medium whose previous handle was just dropped. Its lock (an

@@ -1,4 +1,4 @@
-//! Per-export liveness: TRIMs received and, with `--infer-deletes ext4`, the ext4 + jbd2 tracker (oubli-ext4) fed every write, whose inferred frees are dropped exactly as a TRIM would (`punch_hole`).
+//! Per-export liveness: TRIMs received and, with `--infer-deletes ext4`, the ext4 + jbd2 tracker (oubli-ext4) fed every write, whose inferred frees are dropped exactly as a TRIM would (`punch_holes`, one call per observation).
 //!
 //! Ordering (docs/NBD.md, "Implicit deletes"): a write is shown to the
 //! tracker, and the ranges its observation frees are punched, under the
@@ -123,9 +123,11 @@ impl Liveness {
         for n in &obs.notes {
             log(&format!("export {}: ext4 inference: {n}", self.export));
         }
-        for &(a, b) in &obs.freed {
-            store.punch_hole(self.oid, a, b - a)?;
-            self.inferred_bytes.fetch_add(b - a, Ordering::Relaxed);
+        if !obs.freed.is_empty() {
+            let ranges: Vec<(u64, u64)> = obs.freed.iter().map(|&(a, b)| (a, b - a)).collect();
+            store.punch_holes(self.oid, &ranges)?;
+            let bytes: u64 = ranges.iter().map(|&(_, len)| len).sum();
+            self.inferred_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         Ok(obs.relearn)
     }

@@ -214,13 +214,24 @@ pub fn check_promise_against(
     runner: &crate::workload::Runner,
     provider: Arc<dyn CryptoProvider>,
 ) {
+    let held = vault.readable_records().expect("vault");
+    check_promise_with_keys(adversary, &held, runner, provider);
+}
+
+/// [`check_promise_against`] with the vault records the adversary holds
+/// given directly (e.g. carved out of a raw NAND image).
+pub fn check_promise_with_keys(
+    adversary: &Adversary,
+    held: &[VaultRecord],
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) {
     assert!(
         adversary.plaintext_markers().is_empty(),
         "plaintext on the medium"
     );
-    let held = vault.readable_records().expect("vault");
     // Every share vault's content too: a destroyed share's key is random.
-    let recovered = adversary.recovered_markers_with_shares(&held, &runner.share_keys(), provider);
+    let recovered = adversary.recovered_markers_with_shares(held, &runner.share_keys(), provider);
     let leaked: Vec<_> = recovered.intersection(&runner.erased).take(5).collect();
     assert!(
         leaked.is_empty(),

@@ -10,6 +10,7 @@ pub mod crash;
 pub mod harness;
 pub mod marker;
 pub mod model;
+pub mod nand;
 pub mod vault;
 pub mod workload;
 

@@ -151,3 +151,128 @@ fn writers_sharing_cells_round(round: u64, scheme: u8) {
         }
     }
 }
+
+/// Commits run without the engine lock across their syncs and vault
+/// rotation (DESIGN §10), so writers overwrite, truncate and flush while
+/// the vault rotates — here a slow one. After the writers stop and one
+/// last commit, the adversary holding every byte ever written and the
+/// vault finds every live marker and none that was overwritten or cut
+/// off; with every key the vault ever held (the control), it finds some.
+#[test]
+fn deletions_beside_commits_are_erased_by_the_next_commit() {
+    for scheme in harness::SCHEMES {
+        deletions_beside_commits_with(scheme);
+    }
+}
+
+fn deletions_beside_commits_with(scheme: u8) {
+    use oubli_core::Vault;
+    use oubli_media::RecordingMedium;
+    use oubli_testkit::{adversary::Adversary, vault::RecordingVault};
+    use oubli_vault::SlowVault;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    let options = harness::options(11);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let mut slot = None;
+    let store = oubli_core::Store::create(
+        recording.clone() as Arc<dyn Medium>,
+        |record| {
+            let v = Arc::new(SlowVault::new(
+                RecordingVault::new(record.clone()),
+                Duration::from_millis(3),
+            ));
+            slot = Some(v.clone());
+            Ok(v)
+        },
+        oubli_core::CreateOptions {
+            cell_size: harness::TEST_CELL,
+            key_scheme: scheme,
+        },
+        options.clone(),
+    )
+    .unwrap();
+    let vault = slot.unwrap();
+    let store = Arc::new(store);
+    let stop = Arc::new(AtomicBool::new(false));
+    let committer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut commits = 0;
+            while !stop.load(Ordering::Relaxed) {
+                store.commit().unwrap();
+                commits += 1;
+            }
+            commits
+        })
+    };
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let oid = store.create_object(b"").unwrap();
+                let (mut model, mut written) = (Vec::new(), BTreeSet::new());
+                let mut rng = SplitMix64::new(100 + t);
+                for i in 0..300u64 {
+                    let off = rng.below(60_000);
+                    let data = marker::data(t << 32 | i, 1 + rng.below(9_000) as usize);
+                    marker::scan(&data, &mut written);
+                    store.write(oid, off, &data).unwrap();
+                    let end = off as usize + data.len();
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[off as usize..end].copy_from_slice(&data);
+                    if i % 11 == 0 {
+                        let size = rng.below(model.len() as u64 + 1);
+                        store.truncate(oid, size).unwrap();
+                        model.truncate(size as usize);
+                    }
+                    if i % 5 == 0 {
+                        store.flush().unwrap();
+                    }
+                }
+                assert_eq!(store.read(oid, 0, model.len() + 1).unwrap(), model);
+                let mut live = BTreeSet::new();
+                marker::scan(&model, &mut live);
+                (live, written)
+            })
+        })
+        .collect();
+    let (mut live, mut written) = (BTreeSet::new(), BTreeSet::new());
+    for w in writers {
+        let (l, all) = w.join().unwrap();
+        live.extend(l);
+        written.extend(all);
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        committer.join().unwrap() > 3,
+        "too few commits beside the writers"
+    );
+    store.commit().unwrap();
+    let erased: BTreeSet<_> = written.difference(&live).copied().collect();
+    assert!(!erased.is_empty() && !live.is_empty());
+
+    let adversary = Adversary::seize(&recording);
+    assert!(
+        adversary.plaintext_markers().is_empty(),
+        "plaintext on the medium"
+    );
+    let held = vault.readable_records().unwrap();
+    let recovered = adversary.recovered_markers(&held, options.provider.clone());
+    let leaked: Vec<_> = recovered.intersection(&erased).take(5).collect();
+    assert!(leaked.is_empty(), "deleted data recovered: {leaked:?}");
+    let missing: Vec<_> = live.difference(&recovered).take(5).collect();
+    assert!(missing.is_empty(), "live data not recovered: {missing:?}");
+    // The control: every key the vault ever held opens deleted data.
+    let every_key = vault.inner().history();
+    let control = adversary.recovered_markers(&every_key, options.provider.clone());
+    assert!(
+        control.intersection(&erased).next().is_some(),
+        "the control adversary recovered nothing deleted: the check is blind"
+    );
+}

@@ -24,6 +24,8 @@ mod memory;
 pub mod pkcs11;
 mod pkcs11_uri;
 mod sealed;
+pub mod sealing;
+mod slow;
 #[cfg(feature = "tpm")]
 pub mod tpm;
 mod wear;
@@ -38,6 +40,7 @@ pub use no_tpm::{TpmLocation, TpmOptions, TpmVault};
 pub use oubli_core::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};
 pub use pkcs11::{Pkcs11Options, Pkcs11Vault};
 pub use pkcs11_uri::Pkcs11Uri;
+pub use slow::SlowVault;
 #[cfg(feature = "tpm")]
 pub use tpm::{TpmLocation, TpmOptions, TpmVault};
 

@@ -62,6 +62,29 @@ pub struct StatusReport {
     /// Exports served by the process holding the store (`oubli serve`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nbd_exports: Vec<NbdExportReport>,
+    /// Wear of the chip of a store on simulated raw NAND (`--store nand:IMAGE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nand_wear: Option<NandWearReport>,
+}
+
+/// How worn a NAND store's chip is, and how long it lasts at an epoch
+/// policy (the figures DNEFS reports: erase counts, Hoover index, lifetime).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NandWearReport {
+    pub blocks: u32,
+    pub bad_blocks: u32,
+    pub erase_count_min: u32,
+    pub erase_count_mean: f64,
+    pub erase_count_max: u32,
+    /// 0 = perfectly even wear; near 1 = one block took every erasure.
+    pub hoover_index: f64,
+    pub rated_cycles: u64,
+    /// Erasures per commit so far (every erasure since the chip was made
+    /// over the store's epochs).
+    pub erases_per_commit: f64,
+    pub commits_per_day: f64,
+    /// At that commit rate; `None` when nothing is erased at all.
+    pub projected_lifetime_years: Option<f64>,
 }
 
 /// One export served by `oubli serve`: TRIMs received and inferred deletions.
@@ -165,6 +188,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         live,
         wear: None,
         nbd_exports: Vec::new(),
+        nand_wear: None,
     })
 }
 

@@ -9,8 +9,31 @@ impl Store {
     }
 
     /// Ends the epoch now: every deletion before it becomes unrecoverable.
+    ///
+    /// The tree is captured and sealed under the engine lock; the syncs, the
+    /// superblock write and the vault rotation (20–50 ms on a TPM or a
+    /// token) run without it, so reads and writes go on meanwhile. What they
+    /// change is not in the new epoch's tree: it stays queued for the new
+    /// epoch's intent log (and its deletions pending for the next commit).
+    /// A flush, a snapshot, the cleaner and other commits wait for it
+    /// (DESIGN §10).
     pub fn commit(&self) -> Result<()> {
-        self.lock().commit()
+        let mut e = self.lock();
+        let plan = match e.begin_commit() {
+            Ok(plan) => plan,
+            Err(err) => {
+                let result = Err(err);
+                e.note_commit_result(&result);
+                return result;
+            }
+        };
+        let (medium, vault) = (e.ctx.medium.clone(), e.vault.clone());
+        let in_flight = self.commit_in_flight(e);
+        let outcome = plan.write(&*medium, &*vault);
+        let mut e = in_flight.land();
+        let result = e.end_commit(plan, outcome, true);
+        e.note_commit_result(&result);
+        result
     }
 
     /// Alias of [`commit`](Self::commit): the erasure barrier.
@@ -20,7 +43,76 @@ impl Store {
 
     /// Commits if the epoch policy says so (call it from a timer).
     pub fn tick(&self) {
-        self.lock().maybe_commit();
+        self.settle(self.lock());
+    }
+
+    /// After a change: runs the epoch policy, committing with the lock
+    /// released across the I/O (as [`commit`](Self::commit)) when it is due.
+    pub(super) fn settle(&self, mut e: MutexGuard<'_, Engine>) {
+        if !e.commit_due() {
+            return;
+        }
+        drop(e);
+        let result = self.commit();
+        self.lock().after_policy_commit(result);
+    }
+}
+
+/// A commit sealed in memory, waiting for its I/O: the new superblock and
+/// the vault record that will make it current.
+pub(super) struct CommitPlan {
+    next: VaultRecord,
+    slot: Slot,
+    log: LogPlace,
+    sealed: Vec<u8>,
+    /// The vault's record for the epoch being ended, to tell after a failed
+    /// rotation whether the vault still holds it.
+    current: VaultRecord,
+    covered: Covered,
+}
+
+/// What [`CommitPlan::write`] achieved.
+pub(super) enum CommitOutcome {
+    /// A medium write or sync failed (the store is poisoned).
+    MediumFailed(&'static str, std::io::Error),
+    /// The vault refused and still holds the current key.
+    VaultRefused(crate::vault::VaultError),
+    /// The vault failed and cannot tell which key it holds.
+    VaultUnknown(String),
+    /// The vault reported an error but holds the new key.
+    StoredWithError,
+    Stored,
+}
+
+impl CommitPlan {
+    /// Steps 3–5 of the commit (DESIGN §4): nodes durable, then the new
+    /// superblock in the other slot, then the vault rotation (the commit
+    /// point). Touches only the medium and the vault, so it runs without the
+    /// engine lock.
+    pub(super) fn write(&self, medium: &dyn Medium, vault: &dyn Vault) -> CommitOutcome {
+        // 3. Nodes durable before the superblock that names them.
+        if let Err(e) = medium.sync() {
+            return CommitOutcome::MediumFailed("syncing tree nodes", e);
+        }
+        if let Err(e) = medium.write_superblock(self.slot, &self.sealed) {
+            return CommitOutcome::MediumFailed("writing the superblock", e);
+        }
+        if let Err(e) = medium.sync() {
+            return CommitOutcome::MediumFailed("syncing the superblock", e);
+        }
+        // 5. Only now replace the key in the vault: this is the commit point.
+        let Err(e) = vault.store(&self.next) else {
+            return CommitOutcome::Stored;
+        };
+        match vault.load() {
+            Ok(now) if now.epoch == self.next.epoch && now.key == self.next.key => {
+                CommitOutcome::StoredWithError
+            }
+            Ok(now) if now.epoch == self.current.epoch && now.key == self.current.key => {
+                CommitOutcome::VaultRefused(e)
+            }
+            _ => CommitOutcome::VaultUnknown(e.to_string()),
+        }
     }
 }
 
@@ -33,22 +125,30 @@ pub(super) struct UnknownRotation {
     slot: Slot,
     log: LogPlace,
     why: String,
-    /// Ops queued before the commit started: the new superblock's tree holds
-    /// them. Those queued after are not in it and go to the new epoch's log.
-    pending_at_commit: usize,
-    /// The epoch's counters when the commit started; what was counted after
-    /// belongs to the new epoch (deletions made meanwhile are still pending).
-    stats_at_commit: EpochStats,
+    covered: Covered,
+}
+
+/// What the new superblock's tree holds of the epoch being ended: the
+/// state when the commit captured its tree. What came after is not in it.
+#[derive(Clone)]
+pub(super) struct Covered {
+    /// Ops queued before the capture; those queued after go to the new
+    /// epoch's log.
+    pending: usize,
+    /// The epoch's counters at the capture; what was counted after belongs
+    /// to the new epoch (deletions made meanwhile are still pending).
+    stats: EpochStats,
+    /// Objects whose size grew up to this stamp have their record in the
+    /// tree; a growth after it must still be logged.
+    size_stamp: u64,
 }
 
 /// What a commit that reached the vault leaves of the epoch it ended: nothing
-/// (the tree holds it all), or what was accepted while its outcome was unknown.
+/// (the tree holds it all), or what was accepted after its capture — while
+/// its I/O ran without the lock, or while the vault's answer was unknown.
 enum Carry {
     Nothing,
-    AcceptedMeanwhile {
-        pending_at_commit: usize,
-        stats_at_commit: EpochStats,
-    },
+    AcceptedMeanwhile(Covered),
 }
 
 impl Engine {
@@ -60,10 +160,7 @@ impl Engine {
         match self.vault.load() {
             Ok(now) if now.epoch == unknown.next.epoch && now.key == unknown.next.key => {
                 let previous = self.epoch;
-                let carry = Carry::AcceptedMeanwhile {
-                    pending_at_commit: unknown.pending_at_commit,
-                    stats_at_commit: unknown.stats_at_commit,
-                };
+                let carry = Carry::AcceptedMeanwhile(unknown.covered);
                 self.finish_commit(unknown.next, unknown.slot, unknown.log, carry);
                 // The rotation may have stopped between its two steps. If the
                 // old key cannot be destroyed yet, that is no reason to refuse
@@ -144,7 +241,7 @@ impl Engine {
         self.writable()?;
         self.resolve_vault_unknown()?;
         self.write_out_all()?;
-        for &oid in &self.size_dirty {
+        for &oid in self.size_dirty.keys() {
             let record = self.record(oid)?;
             self.pending.push(Op::SetObject { oid, record });
         }
@@ -225,9 +322,11 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn maybe_commit(&mut self) {
-        if self.read_only || self.poisoned.is_some() {
-            return;
+    /// Whether the epoch policy wants a commit now (never while one is in
+    /// flight). Retries a failed vault erasure on the way.
+    pub(super) fn commit_due(&mut self) -> bool {
+        if self.read_only || self.poisoned.is_some() || self.committing {
+            return false;
         }
         if self.vault_leftover.is_some() {
             if let Err(e) = self.retry_vault_leftovers(false) {
@@ -236,29 +335,45 @@ impl Engine {
         }
         let p = &self.policy;
         let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
-        let due = p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
+        p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
             || p.deletions.is_some_and(|d| self.stats.deletions >= d)
             || (changed
                 && p.interval
-                    .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()));
-        if !due {
-            return;
-        }
-        match self.commit() {
-            Ok(()) => self.last_commit_error = None,
-            // Keep-the-epoch-open policy: nothing is lost, erasure is delayed,
-            // the next trigger retries and `status` reports why.
-            Err(e) => {
-                self.last_commit_error = Some(e.to_string());
-                return;
+                    .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()))
+    }
+
+    /// Records how a commit the policy asked for went; cleans after success.
+    /// Keep-the-epoch-open policy: a failure loses nothing, erasure is
+    /// delayed, the next trigger retries and `status` reports why.
+    pub(super) fn after_policy_commit(&mut self, result: Result<()>) {
+        match result {
+            Ok(()) => {
+                self.last_commit_error = None;
+                self.maybe_clean();
             }
+            Err(e) => self.last_commit_error = Some(e.to_string()),
         }
-        self.maybe_clean();
+    }
+
+    /// The epoch policy under the lock (commits holding it): for callers
+    /// inside a larger locked operation.
+    pub(super) fn maybe_commit(&mut self) {
+        if self.commit_due() {
+            let result = self.commit();
+            self.after_policy_commit(result);
+        }
     }
 
     pub(super) fn commit(&mut self) -> Result<()> {
         let result = self.commit_inner();
-        match &result {
+        self.note_commit_result(&result);
+        result
+    }
+
+    /// Under the refuse-writes policy, a commit the vault could not take
+    /// stops new changes until one lands.
+    pub(super) fn note_commit_result(&mut self, result: &Result<()>) {
+        match result {
             Ok(()) => self.vault_down = None,
             Err(e @ (Error::Vault(_) | Error::VaultStateUnknown(_)))
                 if self.vault_failure == VaultFailurePolicy::RefuseWrites =>
@@ -267,13 +382,30 @@ impl Engine {
             }
             Err(_) => {}
         }
-        result
     }
 
-    /// The commit protocol of DESIGN §4. `Ok` only once the new epoch is
-    /// committed *and* the vault holds no older key.
+    /// The commit protocol of DESIGN §4, all under the engine lock (the
+    /// cleaner's, snapshots' and shares' commits, and a flush whose log is
+    /// full). `Ok` only once the new epoch is committed *and* the vault holds
+    /// no older key. [`Store::commit`] runs the same steps but releases the
+    /// lock across the I/O.
     pub(super) fn commit_inner(&mut self) -> Result<()> {
+        let plan = self.begin_commit()?;
+        let outcome = plan.write(&*self.ctx.medium, &*self.vault);
+        self.end_commit(plan, outcome, false)
+    }
+
+    /// Steps 1–4 of the commit in memory: every buffered write becomes units
+    /// in the tree, every changed node is sealed and appended, and the new
+    /// superblock is sealed under a fresh epoch key. Nothing is synced and
+    /// no superblock or vault is written yet: that is [`CommitPlan::write`].
+    pub(super) fn begin_commit(&mut self) -> Result<CommitPlan> {
         self.writable()?;
+        if self.committing {
+            // Unreachable through `Store` (`lock` waits for the commit in
+            // flight); refused rather than run two rotations at once.
+            return Err(Error::Invalid("a commit is already in progress".into()));
+        }
         self.resolve_vault_unknown()?;
         // A leftover from an earlier rotation: try again first (the rotation
         // below would overwrite a file or TPM leftover anyway).
@@ -285,17 +417,16 @@ impl Engine {
         // Every snapshot's changed nodes (after a redaction or a cleaner
         // run) and the table of their roots.
         let catalog = self.persist_catalog()?;
+        // 4. The new superblock, sealed by a fresh epoch key, for the other slot.
         let next = VaultRecord {
             store_id: self.store_id,
             epoch: self.epoch + 1,
             key: self.ctx.provider.random_key(),
         };
         // A key scheme with keys outside the tree forgets every key no
-        // retained root reaches, and its state goes under the new epoch key.
+        // retained root reaches, and its state goes under the new epoch key
+        // (appended with the nodes: synced before the superblock).
         let scheme_state = self.persist_scheme_state(&catalog, &next)?;
-        // 3. Nodes durable before the superblock that names them.
-        self.sync("syncing tree nodes")?;
-        // 4. The new superblock, sealed by a fresh epoch key, in the other slot.
         let log = LogPlace {
             segment: self.alloc_segment(),
             tally: Some(self.alloc_segment()),
@@ -320,45 +451,78 @@ impl Engine {
             scheme_state,
         };
         let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
-        let slot = self.active_slot.other();
-        if let Err(e) = self.ctx.medium.write_superblock(slot, &sealed) {
-            return self.poison("writing the superblock", e);
-        }
-        self.sync("syncing the superblock")?;
-        // 5. Only now replace the key in the vault: this is the commit point.
-        let previous = self.epoch;
-        if let Err(e) = self.vault.store(&next) {
-            let why = e.to_string();
-            match self.vault.load() {
-                // The new record is in: committed. Its second step (destroying
-                // the old record) may not have happened: finished below.
-                Ok(now) if now.epoch == next.epoch && now.key == next.key => {}
-                // The vault still holds the current key: the epoch stays open,
-                // the intent log keeps every flushed write, a retry will commit.
-                Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => {
-                    return Err(Error::Vault(e));
-                }
-                _ => {
-                    self.vault_unknown = Some(UnknownRotation {
-                        next,
-                        slot,
-                        log,
-                        why: why.clone(),
-                        pending_at_commit: self.pending.len(),
-                        stats_at_commit: self.stats.clone(),
-                    });
-                    return Err(Error::VaultStateUnknown(why));
-                }
+        Ok(CommitPlan {
+            next,
+            slot: self.active_slot.other(),
+            log,
+            sealed,
+            current: VaultRecord {
+                store_id: self.store_id,
+                epoch: self.epoch,
+                key: self.epoch_key.clone(),
+            },
+            covered: Covered {
+                pending: self.pending.len(),
+                stats: self.stats.clone(),
+                size_stamp: self.size_stamp,
+            },
+        })
+    }
+
+    /// Applies what [`CommitPlan::write`] did. `concurrent`: the lock was
+    /// released meanwhile, so ops queued since [`begin_commit`] are not in
+    /// the new tree and stay queued for the new epoch's log.
+    pub(super) fn end_commit(
+        &mut self,
+        plan: CommitPlan,
+        outcome: CommitOutcome,
+        concurrent: bool,
+    ) -> Result<()> {
+        let CommitPlan {
+            next,
+            slot,
+            log,
+            covered,
+            ..
+        } = plan;
+        let carry = || {
+            if concurrent {
+                Carry::AcceptedMeanwhile(covered.clone())
+            } else {
+                Carry::Nothing
             }
-            self.finish_commit(next, slot, log, Carry::Nothing);
-            return self.erase_vault_leftovers(previous);
+        };
+        let previous = self.epoch;
+        match outcome {
+            CommitOutcome::MediumFailed(context, e) => self.poison(context, e),
+            // The vault still holds the current key: the epoch stays open,
+            // the intent log keeps every flushed write, a retry will commit.
+            CommitOutcome::VaultRefused(e) => Err(Error::Vault(e)),
+            CommitOutcome::VaultUnknown(why) => {
+                self.vault_unknown = Some(UnknownRotation {
+                    next,
+                    slot,
+                    log,
+                    why: why.clone(),
+                    covered,
+                });
+                Err(Error::VaultStateUnknown(why))
+            }
+            // The new record is in: committed. Its second step (destroying
+            // the old record) may not have happened: finished here.
+            CommitOutcome::StoredWithError => {
+                self.finish_commit(next, slot, log, carry());
+                self.erase_vault_leftovers(previous)
+            }
+            CommitOutcome::Stored => {
+                self.finish_commit(next, slot, log, carry());
+                if self.vault_leftover.is_some() {
+                    // An older leftover this rotation did not replace.
+                    return self.erase_vault_leftovers(previous);
+                }
+                Ok(())
+            }
         }
-        self.finish_commit(next, slot, log, Carry::Nothing);
-        if self.vault_leftover.is_some() {
-            // An older leftover this rotation did not replace.
-            return self.erase_vault_leftovers(previous);
-        }
-        Ok(())
     }
 
     /// Tells the key scheme which keys every retained root (the live tree,
@@ -441,17 +605,15 @@ impl Engine {
                 self.size_dirty.clear();
                 self.stats = EpochStats::default();
             }
-            Carry::AcceptedMeanwhile {
-                pending_at_commit,
-                stats_at_commit,
-            } => {
-                // Accepted while the vault's answer was unknown: not in the
-                // new superblock's tree, so they stay queued for the new
-                // epoch's log, and its deletions stay pending. (Grown sizes
-                // are logged again: harmless, a record replaces itself.)
+            Carry::AcceptedMeanwhile(covered) => {
+                // Accepted after the capture: not in the new superblock's
+                // tree, so they stay queued for the new epoch's log, and
+                // their deletions stay pending.
                 self.pending
-                    .drain(..pending_at_commit.min(self.pending.len()));
-                self.stats = self.stats.since(&stats_at_commit);
+                    .drain(..covered.pending.min(self.pending.len()));
+                self.stats = self.stats.since(&covered.stats);
+                self.size_dirty
+                    .retain(|_, grown_at| *grown_at > covered.size_stamp);
             }
         }
         self.committed_at = now_secs();

@@ -1,4 +1,4 @@
-//! Consolidation of a key scheme with keys outside the tree (Lethe): the live tree re-keyed under fresh keys (DESIGN §15).
+//! Consolidation of a key scheme with keys outside the tree (Lethe): the live tree re-keyed under fresh keys (DESIGN §16).
 
 use super::clean::Appender;
 use super::*;

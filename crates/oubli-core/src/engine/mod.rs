@@ -42,7 +42,7 @@ use oubli_crypto::{
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
 
@@ -187,6 +187,8 @@ impl Default for CreateOptions {
 /// outside it, so several threads encrypt and decrypt in parallel.
 pub struct Store {
     engine: Mutex<Engine>,
+    /// Signalled when a commit that released the lock for its I/O lands.
+    commit_landed: Condvar,
     shared: Shared,
 }
 
@@ -258,8 +260,11 @@ struct Engine {
     unsynced: bool,
     dirty: BTreeMap<(u64, u64), DirtyCell>,
     dirty_bytes: usize,
-    /// Objects whose size grew by writes; their record is logged at the next flush.
-    size_dirty: BTreeSet<u64>,
+    /// Objects whose size grew by writes, with the stamp of their last
+    /// growth; their record is logged at the next flush.
+    size_dirty: BTreeMap<u64, u64>,
+    /// Counts growths, to tell those a commit captured from later ones.
+    size_stamp: u64,
     live_bytes: u64,
     stats: EpochStats,
     policy: EpochPolicy,
@@ -297,6 +302,9 @@ struct Engine {
     /// created or destroyed, the cleaner run, a commit (see
     /// [`Store::snapshot_generation`]).
     snapshot_generation: u64,
+    /// Set while [`Store::commit`] writes and rotates without the lock:
+    /// only the operations that take [`Store::lock_beside_commit`] run then.
+    committing: bool,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -327,23 +335,51 @@ fn cell_key(oid: u64, cell: u64) -> Key {
 }
 
 impl Store {
+    /// The engine, with no commit in flight: what may commit, flush, clean
+    /// or change snapshots, shares and the catalog takes this.
     fn lock(&self) -> MutexGuard<'_, Engine> {
-        // A panic while holding the lock leaves the engine in an unknown state;
-        // refuse further use rather than continue on it.
-        match self.engine.lock() {
-            Ok(g) => g,
-            Err(poison) => {
-                let mut g = poison.into_inner();
-                g.poisoned
-                    .get_or_insert_with(|| "a previous operation panicked".into());
-                g
-            }
+        let mut e = self.lock_beside_commit();
+        while e.committing {
+            e = Self::unpoisoned(self.commit_landed.wait(e));
+        }
+        e
+    }
+
+    /// The engine, possibly while a commit writes and rotates without the
+    /// lock: for reads and for changes that only queue ops and append
+    /// units (writes, truncates, punches, deletes, names). What such a
+    /// change does is not in the commit's tree; it stays queued for the
+    /// next epoch's log (`Carry::AcceptedMeanwhile`).
+    fn lock_beside_commit(&self) -> MutexGuard<'_, Engine> {
+        Self::unpoisoned(self.engine.lock())
+    }
+
+    /// A panic while holding the lock leaves the engine in an unknown state;
+    /// refuse further use rather than continue on it.
+    fn unpoisoned<'a>(
+        locked: std::sync::LockResult<MutexGuard<'a, Engine>>,
+    ) -> MutexGuard<'a, Engine> {
+        locked.unwrap_or_else(|poison| {
+            let mut g = poison.into_inner();
+            g.poisoned
+                .get_or_insert_with(|| "a previous operation panicked".into());
+            g
+        })
+    }
+
+    /// Marks a commit in flight and releases the lock for its I/O.
+    fn commit_in_flight(&self, mut e: MutexGuard<'_, Engine>) -> CommitInFlight<'_> {
+        e.committing = true;
+        drop(e);
+        CommitInFlight {
+            store: self,
+            landed: false,
         }
     }
 
     /// Creates an empty object with front-end metadata; returns its id.
     pub fn create_object(&self, meta: &[u8]) -> Result<u64> {
-        let mut e = self.lock();
+        let mut e = self.lock_beside_commit();
         e.mutable()?;
         let oid = e.next_oid;
         e.apply(
@@ -361,21 +397,21 @@ impl Store {
 
     /// The object's record (size and metadata).
     pub fn object(&self, oid: u64) -> Result<ObjectRecord> {
-        self.lock().record(oid)
+        self.lock_beside_commit().record(oid)
     }
 
     pub fn exists(&self, oid: u64) -> Result<bool> {
-        let e = self.lock();
+        let e = self.lock_beside_commit();
         Ok(e.tree.get(&object_key(oid), &e.ctx)?.is_some())
     }
 
     pub fn size(&self, oid: u64) -> Result<u64> {
-        Ok(self.lock().record(oid)?.size)
+        Ok(self.lock_beside_commit().record(oid)?.size)
     }
 
     /// Replaces the object's front-end metadata.
     pub fn set_meta(&self, oid: u64, meta: &[u8]) -> Result<()> {
-        let mut e = self.lock();
+        let mut e = self.lock_beside_commit();
         e.mutable()?;
         let mut record = e.record(oid)?;
         record.meta = meta.to_vec();
@@ -394,6 +430,37 @@ impl Store {
 
     pub fn store_id(&self) -> StoreId {
         self.lock().store_id
+    }
+}
+
+/// A commit doing its I/O without the lock. Landing it (or unwinding past
+/// it) clears the mark and wakes whoever waits in [`Store::lock`].
+struct CommitInFlight<'a> {
+    store: &'a Store,
+    landed: bool,
+}
+
+impl<'a> CommitInFlight<'a> {
+    /// Takes the lock back to finish the commit.
+    fn land(mut self) -> MutexGuard<'a, Engine> {
+        self.landed = true;
+        let mut e = self.store.lock_beside_commit();
+        e.committing = false;
+        self.store.commit_landed.notify_all();
+        e
+    }
+}
+
+impl Drop for CommitInFlight<'_> {
+    fn drop(&mut self) {
+        if !self.landed {
+            // A panic during the commit's I/O: its outcome is unknown.
+            let mut e = self.store.lock_beside_commit();
+            e.committing = false;
+            e.poisoned
+                .get_or_insert_with(|| "a commit panicked during its I/O".into());
+            self.store.commit_landed.notify_all();
+        }
     }
 }
 
@@ -433,7 +500,7 @@ impl Engine {
         let Some((why, since)) = &self.vault_down else {
             return Ok(());
         };
-        if since.elapsed() < VAULT_RETRY {
+        if since.elapsed() < VAULT_RETRY || self.committing {
             return Err(Error::WritesRefused(why.clone()));
         }
         match self.commit() {

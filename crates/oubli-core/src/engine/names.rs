@@ -5,7 +5,7 @@ use super::*;
 impl Store {
     /// Adds `name` in directory object `dir` pointing at `target`.
     pub fn link(&self, dir: u64, name: &[u8], target: u64) -> Result<()> {
-        let mut e = self.lock();
+        let mut e = self.lock_beside_commit();
         e.mutable()?;
         e.record(dir)?;
         let hash = name_hash(name);
@@ -19,7 +19,7 @@ impl Store {
 
     /// Removes `name` from `dir`; returns the object it named (which is not deleted).
     pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<u64> {
-        let mut e = self.lock();
+        let mut e = self.lock_beside_commit();
         e.mutable()?;
         let hash = name_hash(name);
         let mut bucket = e.bucket(dir, hash)?;
@@ -30,7 +30,7 @@ impl Store {
             .ok_or_else(|| Error::NoName(String::from_utf8_lossy(name).into_owned()))?;
         let (_, target) = bucket.entries.remove(i);
         e.apply(Op::PutNames { dir, hash, bucket }, true)?;
-        e.maybe_commit();
+        self.settle(e);
         Ok(target)
     }
 
@@ -46,7 +46,7 @@ impl Store {
         dst_name: &[u8],
         replace: bool,
     ) -> Result<Option<u64>> {
-        let mut e = self.lock();
+        let mut e = self.lock_beside_commit();
         e.mutable()?;
         e.record(dst_dir)?;
         let src_hash = name_hash(src_name);
@@ -102,12 +102,12 @@ impl Store {
             },
             true,
         )?;
-        e.maybe_commit();
+        self.settle(e);
         Ok(replaced)
     }
 
     pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
-        let e = self.lock();
+        let e = self.lock_beside_commit();
         let bucket = e.bucket(dir, name_hash(name))?;
         Ok(bucket
             .entries
@@ -118,7 +118,7 @@ impl Store {
 
     /// Every (name, target) in `dir`, in hash order.
     pub fn list(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
-        let e = self.lock();
+        let e = self.lock_beside_commit();
         let mut out = Vec::new();
         e.tree.scan(
             &Key::new(dir, KIND_NAMES, 0),

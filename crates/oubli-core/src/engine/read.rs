@@ -97,7 +97,7 @@ impl Store {
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
         let (mut out, pending, _guard) = {
-            let e = self.lock();
+            let e = self.lock_beside_commit();
             let (out, pending) = e.plan_read(oid, offset, len)?;
             // Taken before the engine lock is released: no segment this read
             // needs can be deleted until it is done.
@@ -142,7 +142,7 @@ impl Store {
     /// The allocated ranges of `[offset, offset+len)` as `(start, length)`,
     /// ascending and merged; everything else reads as zeros (a hole).
     pub fn extents(&self, oid: u64, offset: u64, len: u64) -> Result<Vec<(u64, u64)>> {
-        let e = self.lock();
+        let e = self.lock_beside_commit();
         let size = e.record(oid)?.size;
         let end = offset.saturating_add(len).min(size);
         let mut out: Vec<(u64, u64)> = Vec::new();

@@ -219,6 +219,7 @@ impl Store {
         };
         Ok(Store {
             engine: Mutex::new(engine),
+            commit_landed: Condvar::new(),
             shared,
         })
     }
@@ -261,7 +262,8 @@ impl Engine {
             unsynced: false,
             dirty: BTreeMap::new(),
             dirty_bytes: 0,
-            size_dirty: BTreeSet::new(),
+            size_dirty: BTreeMap::new(),
+            size_stamp: 0,
             live_bytes: 0,
             stats: EpochStats::default(),
             policy: EpochPolicy::default(),
@@ -282,6 +284,7 @@ impl Engine {
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,
             snapshot_generation: 0,
+            committing: false,
         }
     }
 

@@ -147,6 +147,7 @@ impl Store {
         let view = e.read_only_view(snap.tree.clone());
         Ok(Store {
             engine: Mutex::new(view),
+            commit_landed: Condvar::new(),
             shared: Shared {
                 medium: self.shared.medium.clone(),
                 provider: self.shared.provider.clone(),

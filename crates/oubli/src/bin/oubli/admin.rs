@@ -14,6 +14,7 @@ pub fn init(
     create: CreateOptions,
     kdf_memory_mib: u32,
     kdf_iterations: u32,
+    nand_geometry: oubli_nand::Geometry,
 ) -> Result<String, Failure> {
     let kdf = KdfParams {
         m_cost_kib: kdf_memory_mib.saturating_mul(1024),
@@ -22,11 +23,16 @@ pub fn init(
     };
     kdf.validate()
         .map_err(|why| Failure::usage(format!("bad --kdf-memory / --kdf-iterations: {why}")))?;
+    if crate::nand::is_nand_vault(&g.vault) && g.nand.is_none() {
+        return Err(Failure::usage(
+            "--vault nand keeps the vault in the store's NAND chip: it needs --store nand:IMAGE",
+        ));
+    }
     // Refuse before asking for a password: nothing is overwritten, ever.
     for (exists, what) in [
         (
-            g.store.join(DIR_MARKER).exists(),
-            format!("a store at {}", g.store.display()),
+            g.store.join(DIR_MARKER).exists() || g.nand.as_ref().is_some_and(|i| i.exists()),
+            format!("a store at {}", g.store_shown().display()),
         ),
         (
             session::is_file_vault(&g.vault) && g.vault.exists(),
@@ -56,6 +62,7 @@ pub fn init(
             kdf,
             create,
             session::options(Access::Write, &provider),
+            nand_geometry,
         )
         .map_err(|e| g.fail(e))
     });
@@ -266,6 +273,9 @@ fn render_status_base(r: &StatusReport) -> String {
     );
     if let Some(w) = &r.wear {
         out.push_str(&crate::vault_cmd::render_wear(w));
+    }
+    if let Some(w) = &r.nand_wear {
+        out.push_str(&crate::nand::render(w));
     }
     if let Some(e) = &r.last_commit_error {
         out.push_str(&format!(

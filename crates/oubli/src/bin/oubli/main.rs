@@ -10,6 +10,7 @@ mod data;
 mod failure;
 mod fstab;
 mod mount;
+mod nand;
 mod password;
 mod serve;
 mod session;
@@ -46,10 +47,10 @@ deleted data still recoverable; 11 store in use by another process. See docs/CLI
     after_help = AFTER_HELP
 )]
 struct Cli {
-    /// The store directory, or s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws) [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
+    /// The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]
     #[arg(long, global = true, env = "OUBLI_STORE", value_name = "PATH")]
     store: Option<PathBuf>,
-    /// The vault: a file path, tpm:TCTI or a pkcs11: URI [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]
+    /// The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]
     #[arg(long, global = true, env = "OUBLI_VAULT", value_name = "ADDRESS")]
     vault: Option<PathBuf>,
     /// Read the vault password from the first line of FILE
@@ -85,6 +86,9 @@ enum Command {
         /// Argon2id passes for the password key
         #[arg(long, value_name = "N", default_value_t = 3)]
         kdf_iterations: u32,
+        /// Shape of the chip of a new `--store nand:IMAGE`: page size, pages per erase block, erase blocks and, optionally, out-of-band bytes per page
+        #[arg(long, value_name = "PAGExPAGESxBLOCKS[xOOB]", default_value = "2048x64x2048x64", value_parser = oubli_nand::parse_geometry)]
+        nand_geometry: oubli_nand::Geometry,
     },
     /// Store data under NAME (replacing what NAME held), from SRC or stdin
     Put {
@@ -304,6 +308,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             key_scheme,
             kdf_memory,
             kdf_iterations,
+            nand_geometry,
         } => admin::init(
             &g,
             oubli::CreateOptions {
@@ -312,6 +317,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             },
             kdf_memory,
             kdf_iterations,
+            nand_geometry,
         ),
         Command::Put { name, src, share } => data::put(&g, &name, src.as_deref(), share.as_deref()),
         Command::Get {

@@ -32,8 +32,11 @@ pub struct Global {
     pub store: PathBuf,
     /// A store on S3 (`--store s3://BUCKET/PREFIX`).
     pub remote: Option<oubli_s3::S3Location>,
-    /// Its URL, as messages show it.
+    /// Its URL (or `nand:IMAGE`), as messages show it.
     remote_shown: Option<PathBuf>,
+    /// The chip image of a store on simulated raw NAND (`--store nand:IMAGE`);
+    /// `store` is then its state directory `IMAGE.state`.
+    pub nand: Option<PathBuf>,
     /// The vault's address: an absolute path for a file vault, else the
     /// `tpm:` or `pkcs11:` address as given (it may hold a PIN).
     pub vault: PathBuf,
@@ -67,6 +70,9 @@ impl From<OnVaultFailure> for VaultFailurePolicy {
 /// (after an optional `file:`), hardware addresses are kept as given.
 pub fn vault_address(given: Option<PathBuf>) -> PathBuf {
     let given = given.unwrap_or_else(default_vault);
+    if crate::nand::is_nand_vault(&given) {
+        return given;
+    }
     match given.to_str().map(VaultLocation::parse) {
         Some(Ok(VaultLocation::File(path))) => absolute(&path),
         Some(Ok(_)) => given,
@@ -89,10 +95,11 @@ pub fn shown(address: &Path) -> String {
 
 /// Whether `address` names a file vault.
 pub fn is_file_vault(address: &Path) -> bool {
-    matches!(
-        address.to_str().map(VaultLocation::parse),
-        Some(Ok(VaultLocation::File(_))) | None
-    )
+    !crate::nand::is_nand_vault(address)
+        && matches!(
+            address.to_str().map(VaultLocation::parse),
+            Some(Ok(VaultLocation::File(_))) | None
+        )
 }
 
 /// An open store with what the commands need beside it.
@@ -147,11 +154,12 @@ impl Global {
         on_vault_failure: OnVaultFailure,
     ) -> Result<Global, Failure> {
         let vault = vault_address(vault);
-        let (store, remote) = resolve_store(&store.unwrap_or_else(default_store))?;
+        let (store, remote, nand) = resolve_store(&store.unwrap_or_else(default_store))?;
         Ok(Global {
             store,
-            remote_shown: remote.as_ref().map(|r| PathBuf::from(r.to_string())),
+            remote_shown: shown_store(&remote, &nand),
             remote,
+            nand,
             vault_shown: PathBuf::from(shown(&vault)),
             vault,
             password_file,
@@ -161,11 +169,12 @@ impl Global {
 
     /// These options with `store` (a directory or an `s3://` URL) in place of `--store`.
     pub fn with_store(&self, store: &Path) -> Result<Global, Failure> {
-        let (store, remote) = resolve_store(store)?;
+        let (store, remote, nand) = resolve_store(store)?;
         Ok(Global {
             store,
-            remote_shown: remote.as_ref().map(|r| PathBuf::from(r.to_string())),
+            remote_shown: shown_store(&remote, &nand),
             remote,
+            nand,
             ..self.clone()
         })
     }
@@ -189,6 +198,9 @@ impl Global {
                 source: e,
             })?;
             return Ok(Arc::new(medium));
+        }
+        if let Some(image) = &self.nand {
+            return crate::nand::open_medium(image);
         }
         Ok(match access {
             Access::Write => Arc::new(oubli::open_dir_medium(&self.store)?),
@@ -225,8 +237,8 @@ impl Global {
     /// Takes the store lock: exclusive to write, shared to read. Other
     /// oubli processes are refused at once rather than left waiting.
     pub fn lock(&self, access: Access) -> Result<Option<File>, Failure> {
-        if self.remote.is_some() {
-            // The state directory of a remote store is ours to make.
+        if self.remote.is_some() || self.nand.is_some() {
+            // The state directory of a remote or NAND store is ours to make.
             std::fs::create_dir_all(&self.store).map_err(|e| {
                 self.fail(Error::Io {
                     context: format!("creating {}", self.store.display()),
@@ -307,7 +319,10 @@ impl Global {
     /// before anything else so that no lock file lands in a stranger's directory.
     pub fn require_store(&self) -> Result<(), Failure> {
         // A bucket is checked when opened (no superblocks: not a store).
-        if self.remote.is_some() || self.store.join(DIR_MARKER).is_file() {
+        if self.remote.is_some()
+            || self.store.join(DIR_MARKER).is_file()
+            || self.nand.as_ref().is_some_and(|image| image.is_file())
+        {
             Ok(())
         } else {
             Err(self.fail(Error::NotInitialized(self.store.display().to_string())))
@@ -343,6 +358,10 @@ impl Global {
             store: self.remote_shown.as_deref().unwrap_or(&self.store),
             vault: &shown,
         };
+        if crate::nand::is_nand_vault(address) {
+            return crate::nand::open_vault(self.nand.as_deref(), password, provider)
+                .map_err(|e| places.fail(Error::Vault(e)));
+        }
         let Some(text) = address.to_str() else {
             // Only a path can be non-UTF-8.
             return oubli::FileVault::open(address, password, provider.clone())
@@ -442,18 +461,34 @@ impl Session {
     }
 }
 
-/// `--store` resolved: a directory made absolute, or an `s3://` URL and the
-/// local state directory kept for it (`$XDG_STATE_HOME/oubli/s3/BUCKET/PREFIX`).
-fn resolve_store(store: &Path) -> Result<(PathBuf, Option<oubli_s3::S3Location>), Failure> {
+/// How messages name a remote or NAND store.
+fn shown_store(remote: &Option<oubli_s3::S3Location>, nand: &Option<PathBuf>) -> Option<PathBuf> {
+    match (remote, nand) {
+        (Some(r), _) => Some(PathBuf::from(r.to_string())),
+        (None, Some(image)) => Some(PathBuf::from(format!("nand:{}", image.display()))),
+        (None, None) => None,
+    }
+}
+
+/// The store location resolved: its directory, its S3 location, its NAND image.
+type Resolved = (PathBuf, Option<oubli_s3::S3Location>, Option<PathBuf>);
+
+/// `--store` resolved: a directory made absolute; an `s3://` URL and the
+/// local state directory kept for it (`$XDG_STATE_HOME/oubli/s3/BUCKET/PREFIX`);
+/// or `nand:IMAGE` and its state directory `IMAGE.state`.
+fn resolve_store(store: &Path) -> Result<Resolved, Failure> {
+    if let Some(image) = crate::nand::image_of(store) {
+        return Ok((crate::nand::state_dir(&image), None, Some(image)));
+    }
     let Some(parsed) = store.to_str().and_then(oubli_s3::S3Location::parse) else {
-        return Ok((absolute(store), None));
+        return Ok((absolute(store), None, None));
     };
     let at = parsed.map_err(|e| Failure::usage(format!("--store: {e}")))?;
     let state = xdg_dir("XDG_STATE_HOME", ".local/state")
         .join("oubli/s3")
         .join(&at.bucket)
         .join(at.prefix.trim_end_matches('/'));
-    Ok((state, Some(at)))
+    Ok((state, Some(at), None))
 }
 
 /// Turns a path given relative to the working directory into one that stays

@@ -1,0 +1,161 @@
+//! Commit stall: a 4 KiB random writer while another thread commits every second against a vault slowed on purpose, beside the same writer with no commits.
+
+use crate::report::{mb_per_s, say, Rec};
+use crate::store::BoxResult;
+use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
+use oubli_media::{DirMedium, SplitMix64};
+use oubli_vault::{MemoryVault, SlowVault};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one run measured.
+struct Run {
+    /// Latency of every write, in seconds, sorted.
+    latencies: Vec<f64>,
+    secs: f64,
+    commits: Vec<f64>,
+}
+
+impl Run {
+    fn pct(&self, p: f64) -> f64 {
+        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies[i.min(self.latencies.len() - 1)]
+    }
+    fn writes_per_s(&self) -> f64 {
+        self.latencies.len() as f64 / self.secs
+    }
+}
+
+/// One writer thread writing 4 KiB blocks at random aligned offsets of a
+/// `span`-byte object for `seconds`; with `commit_every`, a second thread
+/// commits at that period. The vault's rotation takes `vault_delay`.
+fn run_once(
+    dir: &Path,
+    seconds: f64,
+    span: u64,
+    vault_delay: Duration,
+    commit_every: Option<Duration>,
+) -> BoxResult<Run> {
+    let medium = Arc::new(DirMedium::create(dir)?);
+    let store = Store::create(
+        medium as Arc<dyn Medium>,
+        |record| {
+            let v = Arc::new(SlowVault::new(
+                MemoryVault::new(record.clone()),
+                vault_delay,
+            ));
+            Ok(v as Arc<dyn Vault>)
+        },
+        CreateOptions::default(),
+        Options {
+            policy: EpochPolicy::manual(),
+            ..Default::default()
+        },
+    )?;
+    let store = Arc::new(store);
+    let oid = store.create_object(b"")?;
+    store.commit()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let committer = commit_every.map(|period| {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<Vec<f64>, oubli_core::Error> {
+            let mut took = Vec::new();
+            let mut next = Instant::now() + period;
+            while !stop.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                if now < next {
+                    std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                    continue;
+                }
+                next += period;
+                let t = Instant::now();
+                store.commit()?;
+                took.push(t.elapsed().as_secs_f64());
+            }
+            Ok(took)
+        })
+    });
+    let mut rng = SplitMix64::new(9);
+    let mut block = vec![0u8; 4096];
+    let blocks = (span / 4096).max(1);
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        let at = rng.below(blocks) * 4096;
+        block[..8].copy_from_slice(&at.to_le_bytes());
+        let t = Instant::now();
+        store.write(oid, at, &block)?;
+        latencies.push(t.elapsed().as_secs_f64());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let commits = match committer {
+        Some(c) => c.join().map_err(|_| "committer panicked")??,
+        None => Vec::new(),
+    };
+    drop(store);
+    latencies.sort_by(f64::total_cmp);
+    Ok(Run {
+        latencies,
+        secs,
+        commits,
+    })
+}
+
+/// Runs the writer with no commits, then with a commit every second, each
+/// `rounds` times alternately; reports p50/p99/max write latency and the
+/// throughput ratio.
+pub fn commit_stall(
+    work: &Path,
+    seconds: f64,
+    span: u64,
+    vault_delay_ms: u64,
+    rounds: usize,
+) -> BoxResult<()> {
+    let delay = Duration::from_millis(vault_delay_ms);
+    say(format!(
+        "commit stall: one thread writes 4 KiB at random offsets of a {} MiB object for {seconds} s; \
+         another commits every 1 s; the vault's rotation takes {vault_delay_ms} ms (SlowVault); \
+         against the same writer with no commits; {rounds} round(s), alternating",
+        span >> 20
+    ));
+    for round in 1..=rounds {
+        for (mode, every) in [
+            ("no-commits", None),
+            ("commit-every-1s", Some(Duration::from_secs(1))),
+        ] {
+            let dir = work.join(format!("stall-{mode}-{round}"));
+            let run = run_once(&dir, seconds, span, delay, every)?;
+            std::fs::remove_dir_all(&dir)?;
+            let ms = |s: f64| s * 1000.0;
+            let mut commits = run.commits.clone();
+            commits.sort_by(f64::total_cmp);
+            let commit_median = commits.get(commits.len() / 2).copied().unwrap_or(0.0);
+            say(format!(
+                "commit stall {mode} round {round}: {:.0} writes/s ({:.1} MB/s), latency p50 {:.3} ms, \
+                 p99 {:.3} ms, max {:.1} ms; {} commits (median {:.1} ms)",
+                run.writes_per_s(),
+                mb_per_s(run.latencies.len() as u64 * 4096, run.secs),
+                ms(run.pct(0.5)),
+                ms(run.pct(0.99)),
+                ms(run.pct(1.0)),
+                commits.len(),
+                ms(commit_median)
+            ));
+            Rec::new("commit_stall")
+                .str("mode", mode)
+                .int("round", round as u64)
+                .int("vault_delay_ms", vault_delay_ms)
+                .num("writes_per_s", run.writes_per_s())
+                .num("p50_ms", ms(run.pct(0.5)))
+                .num("p99_ms", ms(run.pct(0.99)))
+                .num("max_ms", ms(run.pct(1.0)))
+                .int("commits", commits.len() as u64)
+                .num("commit_median_ms", ms(commit_median))
+                .emit();
+        }
+    }
+    Ok(())
+}

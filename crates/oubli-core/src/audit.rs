@@ -119,22 +119,28 @@ pub struct AuditReport {
 }
 
 /// Opens every superblock in `superblocks` for which `keys` holds the epoch
-/// key, and everything reachable from it.
+/// key, and everything reachable from it. Unit keys come from the key
+/// scheme each superblock names, with the state that epoch committed and
+/// the records its intent log adds (what an adversary holding that epoch's
+/// key can derive).
 pub fn recover(
     superblocks: &[Vec<u8>],
     medium: Arc<dyn Medium>,
     keys: &[VaultRecord],
     provider: Arc<dyn CryptoProvider>,
-    scheme: Arc<dyn KeyScheme>,
 ) -> Recovery {
-    recover_with_shares(superblocks, medium, keys, &[], provider, scheme)
+    recover_with_shares(superblocks, medium, keys, &[], provider)
 }
+
+/// A cell reached: object, index, pointer, where from, and the key scheme
+/// of the epoch that reached it.
+type FoundCell = (u64, u64, crate::tree::CellRef, Source, Arc<dyn KeyScheme>);
 
 /// The cells reached, to open once every tree and log has been read (an
 /// object's share entry sorts after its cells, and may come from a log).
 #[derive(Default)]
 struct Found {
-    cells: Vec<(u64, u64, crate::tree::CellRef, Source)>,
+    cells: Vec<FoundCell>,
     seen: HashSet<(u64, Source)>,
     /// Object id → the share its cells depend on.
     shares: std::collections::HashMap<u64, u32>,
@@ -149,15 +155,7 @@ pub fn recover_with_shares(
     keys: &[VaultRecord],
     share_keys: &[(u32, oubli_crypto::SecretKey)],
     provider: Arc<dyn CryptoProvider>,
-    scheme: Arc<dyn KeyScheme>,
 ) -> Recovery {
-    let ctx = Ctx {
-        medium: medium.clone(),
-        provider: provider.clone(),
-        scheme: scheme.clone(),
-        cache: Default::default(),
-        io_guard: Default::default(),
-    };
     let mut out = Recovery::default();
     let mut found = Found::default();
     let mut seen_sb = HashSet::new();
@@ -175,12 +173,17 @@ pub fn recover_with_shares(
             if !seen_sb.insert((header.epoch, bytes.clone())) {
                 continue;
             }
+            let Some((scheme, ops)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
+            else {
+                continue;
+            };
+            let ctx = &epoch_ctx(&medium, &provider, scheme);
             out.epochs_opened.insert(header.epoch);
             out.cell_size = body.cell_size;
             let source = Source::Tree(header.epoch);
             if let Some((root, level)) = &body.root {
                 walk(
-                    &ctx,
+                    ctx,
                     &Child::Disk(root.clone()),
                     *level,
                     source,
@@ -192,26 +195,21 @@ pub fn recover_with_shares(
             // each its own source: versions of one object are reassembled apart.
             let mut snapshot_roots = Vec::new();
             if let Some(catalog) = &body.catalog {
-                match crate::engine::read_catalog(&ctx, catalog) {
+                match crate::engine::read_catalog(ctx, catalog) {
                     Ok(c) => snapshot_roots.extend(c.snapshots.into_iter().filter_map(|r| r.root)),
                     Err(_) => out.failures += 1,
                 }
             }
             // The epoch's intent log: every batch that opens, damaged or not.
-            let keys = log::LogKeys {
-                provider: &*provider,
-                epoch_key: &rec.key,
-                store_id: &rec.store_id,
-                epoch: header.epoch,
-            };
-            let read = log::read_log(&*medium, &body.log_place(), &keys);
-            for op in read.batches.into_iter().flatten() {
+            for op in ops {
                 match op {
-                    log::Op::PutCell { oid, cell, cref } => {
-                        found
-                            .cells
-                            .push((oid, cell, cref, Source::Log(header.epoch)))
-                    }
+                    log::Op::PutCell { oid, cell, cref } => found.cells.push((
+                        oid,
+                        cell,
+                        cref,
+                        Source::Log(header.epoch),
+                        ctx.scheme.clone(),
+                    )),
                     log::Op::SetShare { oid, share } => {
                         found.shares.insert(oid, share);
                     }
@@ -222,19 +220,12 @@ pub fn recover_with_shares(
             }
             for (n, (root, level)) in snapshot_roots.into_iter().enumerate() {
                 let source = Source::Snapshot(header.epoch, n as u32);
-                walk(
-                    &ctx,
-                    &Child::Disk(root),
-                    level,
-                    source,
-                    &mut out,
-                    &mut found,
-                );
+                walk(ctx, &Child::Disk(root), level, source, &mut out, &mut found);
             }
         }
     }
     let cells = std::mem::take(&mut found.cells);
-    for (oid, cell, cref, source) in cells {
+    for (oid, cell, cref, source, scheme) in cells {
         if !found.seen.insert((cref.addr, source)) {
             continue;
         }
@@ -245,9 +236,126 @@ pub fn recover_with_shares(
             .get(&oid)
             .and_then(|id| share_keys.iter().find(|(s, _)| s == id))
             .map(|(_, key)| key);
+        let ctx = epoch_ctx(&medium, &provider, scheme);
         open_cell(&ctx, oid, cell, &cref, source, share, &mut out);
     }
     out
+}
+
+/// The key scheme of the epoch `rec` opens, with the keys its log added,
+/// and the log's ops (every batch that opens, damaged or not).
+fn open_epoch(
+    medium: &Arc<dyn Medium>,
+    provider: &Arc<dyn CryptoProvider>,
+    rec: &VaultRecord,
+    body: &superblock::Body,
+    failures: &mut usize,
+) -> Option<(Arc<dyn KeyScheme>, Vec<log::Op>)> {
+    let Ok((scheme, _)) = crate::scheme_state::load(
+        &**medium,
+        provider.clone(),
+        &rec.key,
+        &rec.store_id,
+        rec.epoch,
+        body,
+    ) else {
+        *failures += 1;
+        return None;
+    };
+    let keys = log::LogKeys {
+        provider: &**provider,
+        epoch_key: &rec.key,
+        store_id: &rec.store_id,
+        epoch: rec.epoch,
+    };
+    let read = log::read_log(&**medium, &body.log_place(), &keys);
+    let ops: Vec<log::Op> = read.batches.into_iter().flatten().collect();
+    for op in &ops {
+        if let log::Op::Scheme(record) = op {
+            if scheme.replay(record).is_err() {
+                *failures += 1;
+            }
+        }
+    }
+    Some((scheme, ops))
+}
+
+/// An adversary who learned where units lie and their key references
+/// (not secret when a scheme keeps its keys outside the tree: a forest
+/// leaf index) — say from old copies opened with old keys, `known` — and
+/// holds the vault's `current` records: the units of `known` that open
+/// with the key the scheme of an epoch it can open derives from their
+/// reference. The scheme must have made every key of a deleted unit
+/// underivable, so for those this must be empty. Under the parent-pointer
+/// scheme a reference is the key itself, so this adversary does not apply
+/// (nothing is returned).
+pub fn rederive(
+    superblocks: &[Vec<u8>],
+    medium: Arc<dyn Medium>,
+    current: &[VaultRecord],
+    known: &[Recovered],
+    provider: Arc<dyn CryptoProvider>,
+) -> Recovery {
+    let mut out = Recovery::default();
+    for bytes in superblocks {
+        let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
+            continue;
+        };
+        for rec in current {
+            if rec.store_id != header.store_id || rec.epoch != header.epoch {
+                continue;
+            }
+            let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
+                continue;
+            };
+            let Some((scheme, _)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
+            else {
+                continue;
+            };
+            if !scheme.keeps_keys_outside_tree() {
+                continue;
+            }
+            out.epochs_opened.insert(header.epoch);
+            out.cell_size = body.cell_size;
+            for u in known {
+                let Ok(key) = scheme.resolve(&u.key) else {
+                    continue;
+                };
+                let len = u.plaintext.len() as u32;
+                if let Ok(plaintext) = open_unit(
+                    &*medium,
+                    &*provider,
+                    &key,
+                    u.addr,
+                    u64::from(len) + oubli_crypto::TAG_LEN as u64,
+                    &cell_aad(u.oid, u.cell, u.start, len),
+                    &String::new,
+                ) {
+                    out.units.push(Recovered {
+                        plaintext,
+                        key: u.key.clone(),
+                        ..*u
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A read-only context opening units with one epoch's key scheme.
+fn epoch_ctx(
+    medium: &Arc<dyn Medium>,
+    provider: &Arc<dyn CryptoProvider>,
+    scheme: Arc<dyn KeyScheme>,
+) -> Ctx {
+    Ctx {
+        medium: medium.clone(),
+        provider: provider.clone(),
+        scheme,
+        cache: Default::default(),
+        io_guard: Default::default(),
+    }
 }
 
 fn open_cell(
@@ -259,7 +367,10 @@ fn open_cell(
     share: Option<&oubli_crypto::SecretKey>,
     out: &mut Recovery,
 ) {
-    let key = ctx.scheme.resolve(&c.key);
+    let Ok(key) = ctx.scheme.resolve(&c.key) else {
+        out.failures += 1;
+        return;
+    };
     let key = match share {
         Some(s) => crate::share::bind(&*ctx.provider, s, &key),
         None => key,
@@ -309,7 +420,11 @@ fn walk(
         Node::Leaf(entries) => {
             for (k, v) in entries {
                 match v {
-                    Value::Cell(c) => found.cells.push((k.oid, k.off, c.clone(), source)),
+                    Value::Cell(c) => {
+                        found
+                            .cells
+                            .push((k.oid, k.off, c.clone(), source, ctx.scheme.clone()))
+                    }
                     Value::Share(id) => {
                         found.shares.insert(k.oid, *id);
                     }

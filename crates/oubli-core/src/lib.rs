@@ -19,6 +19,7 @@ mod error;
 pub mod holes;
 pub mod log;
 pub mod medium;
+mod scheme_state;
 pub mod share;
 pub mod snapshot;
 mod superblock;
@@ -30,9 +31,9 @@ mod vectors;
 
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
-    name_hash, CleanerPolicy, CreateOptions, EpochPolicy, FsckReport, GcReport, Options, Overhead,
-    ShareInfo, ShareOpener, SnapshotInfo, SnapshotUsage, Status, Store, VaultFailurePolicy,
-    DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED,
+    name_hash, CleanerPolicy, ConsolidateReport, CreateOptions, EpochPolicy, FsckReport, GcReport,
+    Options, Overhead, ShareInfo, ShareOpener, SnapshotInfo, SnapshotUsage, Status, Store,
+    VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED,
 };
 pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};

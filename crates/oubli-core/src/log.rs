@@ -85,6 +85,9 @@ pub enum Op {
         oid: u64,
         share: u32,
     },
+    /// A record of the key scheme's own (a keyed hash forest's new tree),
+    /// logged before the ops that need it.
+    Scheme(Vec<u8>),
 }
 
 pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
@@ -159,6 +162,10 @@ pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
                 w.u8(11);
                 w.varint(*oid);
                 w.u32(*share);
+            }
+            Op::Scheme(record) => {
+                w.u8(13);
+                w.bytes(record);
             }
         }
     }
@@ -259,6 +266,7 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
                 oid: r.varint()?,
                 share: r.u32()?,
             },
+            13 => Op::Scheme(r.bytes()?.to_vec()),
             _ => return Err(DecodeError("unknown op")),
         };
         ops.push(op);

@@ -45,10 +45,13 @@ pub struct Body {
     /// The catalog of snapshots and key shares, sealed as one unit
     /// (format 3; `None`: neither).
     pub catalog: Option<NodePtr>,
-    /// Which key scheme made the unit keys (format 3; 0 before).
+    /// Which key scheme made the unit keys (format 3; 0 before):
+    /// `oubli_crypto::SCHEME_*`.
     pub key_scheme: u8,
-    /// The key scheme's own committed state (format 3; reserved: `None`
-    /// for the parent-pointer scheme, which keeps every key in the tree).
+    /// The key scheme's own committed state, sealed under the epoch key
+    /// (`crate::scheme_state`; the pointer's key slot holds its salt).
+    /// `None` for the parent-pointer scheme, which keeps every key in the
+    /// tree, and for the others before their first commit.
     pub scheme_state: Option<NodePtr>,
 }
 
@@ -250,8 +253,12 @@ pub fn open(
         })
     };
     let body = parse(&mut r).map_err(|e| Error::Corrupt(format!("superblock body: {e}")))?;
-    if body.key_scheme != KEY_SCHEME_PARENT_POINTER || body.scheme_state.is_some() {
-        return Err(Error::UnknownKeyScheme(body.key_scheme));
+    // The parent-pointer scheme keeps no state; the others name theirs
+    // from their first commit on.
+    match (body.key_scheme, &body.scheme_state) {
+        (KEY_SCHEME_PARENT_POINTER, None)
+        | (oubli_crypto::SCHEME_KEYED_HASH_FOREST | oubli_crypto::SCHEME_KEY_STORAGE_AREA, _) => {}
+        _ => return Err(Error::UnknownKeyScheme(body.key_scheme)),
     }
     if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {
         return Err(Error::Corrupt("superblock cell size".into()));

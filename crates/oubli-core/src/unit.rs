@@ -88,7 +88,9 @@ pub(crate) fn open_cell_unit(
     c: &CellRef,
     share: Option<&SecretKey>,
 ) -> Result<PlainBuf> {
-    let key = scheme.resolve(&c.key);
+    let key = scheme
+        .resolve(&c.key)
+        .map_err(|e| Error::Corrupt(format!("{}: {e}", describe_cell(oid, cell, c, cell_size))))?;
     let key = match share {
         Some(s) => crate::share::bind(provider, s, &key),
         None => key,
@@ -130,7 +132,6 @@ impl NodeSource for Ctx {
         if let Some(node) = self.cache.borrow().get(ptr.addr) {
             return Ok(node);
         }
-        let key = self.scheme.resolve(&ptr.key);
         let what = || {
             format!(
                 "tree node (level {level}) at segment {} offset {}",
@@ -138,6 +139,10 @@ impl NodeSource for Ctx {
                 addr_offset(ptr.addr)
             )
         };
+        let key = self
+            .scheme
+            .resolve(&ptr.key)
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", what())))?;
         let plain = open_unit(
             &*self.medium,
             &*self.provider,

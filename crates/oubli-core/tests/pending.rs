@@ -5,7 +5,10 @@ mod common;
 use oubli_core::{CreateOptions, Store};
 
 fn store() -> Store {
-    common::store(CreateOptions { cell_size: 4096 })
+    common::store(CreateOptions {
+        cell_size: 4096,
+        ..CreateOptions::default()
+    })
 }
 
 fn pending(s: &Store) -> u64 {

@@ -22,5 +22,9 @@ mod deterministic;
 #[cfg(feature = "insecure-deterministic")]
 pub use deterministic::DeterministicProvider;
 pub use provider::{AuthError, CryptoProvider, RingProvider, TAG_LEN};
-pub use scheme::{KeyRef, KeyScheme, ParentPointerScheme, KEY_REF_LEN};
+pub use scheme::{
+    load_scheme, scheme_name, KeyRef, KeyScheme, KeyStorageArea, KeyedHashForest,
+    ParentPointerScheme, SchemeError, SchemeStats, BLOCK_KEYS, FANOUTS, KEY_REF_LEN,
+    SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA, SCHEME_NAMES, SCHEME_PARENT_POINTER,
+};
 pub use secret::{wipe, PlainBuf, SecretBytes, SecretKey, KEY_LEN};

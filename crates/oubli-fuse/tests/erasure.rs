@@ -96,7 +96,7 @@ fn walk(
     let mut aad = b"oubli/node/v1".to_vec();
     aad.push(level);
     if provider
-        .open(&ParentPointerScheme.resolve(key), &aad, &mut buf)
+        .open(&ParentPointerScheme.resolve(key).unwrap(), &aad, &mut buf)
         .is_err()
     {
         return;

@@ -12,8 +12,14 @@ use std::sync::Arc;
 /// nothing deleted before that commit opens, and live data does.
 #[test]
 fn nothing_deleted_before_the_last_commit_opens_from_the_raw_image() {
+    for scheme in harness::SCHEMES {
+        nothing_deleted_from_the_raw_image_with(scheme);
+    }
+}
+
+fn nothing_deleted_from_the_raw_image_with(scheme: u8) {
     let options = harness::options(31);
-    let s = nand::create(&options);
+    let s = nand::create_with(&options, scheme);
     let chip = s.ubi.chip().clone();
     let workload = Workload::generate(31, 900, 48 * 1024, 25);
     let mut runner = Runner::default();

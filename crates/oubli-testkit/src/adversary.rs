@@ -3,7 +3,7 @@
 use crate::marker::{self, Marker};
 use oubli_core::audit::{self, Recovery};
 use oubli_core::{Medium, VaultRecord};
-use oubli_crypto::{CryptoProvider, ParentPointerScheme};
+use oubli_crypto::CryptoProvider;
 use oubli_media::{MemMedium, RecordingMedium};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -60,13 +60,7 @@ impl Adversary {
 
     /// Opens everything the given vault records unlock.
     pub fn recover(&self, keys: &[VaultRecord], provider: Arc<dyn CryptoProvider>) -> Recovery {
-        audit::recover(
-            &self.superblocks,
-            self.medium.clone(),
-            keys,
-            provider,
-            Arc::new(ParentPointerScheme),
-        )
+        audit::recover(&self.superblocks, self.medium.clone(), keys, provider)
     }
 
     /// The marker blocks in everything the given keys open.
@@ -92,16 +86,8 @@ impl Adversary {
             keys,
             shares,
             provider,
-            Arc::new(ParentPointerScheme),
         );
-        let mut out = BTreeSet::new();
-        for u in &recovery.units {
-            marker::scan(&u.plaintext, &mut out);
-        }
-        for (_, image) in recovery.images() {
-            marker::scan(&image, &mut out);
-        }
-        out
+        markers_of(&recovery)
     }
 
     /// Marker blocks visible in the raw bytes, without any key (must be none).
@@ -119,6 +105,91 @@ impl Adversary {
         }
         out
     }
+}
+
+/// The marker blocks in the units of `recovery` and in the objects they
+/// reassemble (a marker block may straddle two cells).
+fn markers_of(recovery: &Recovery) -> BTreeSet<Marker> {
+    let mut out = BTreeSet::new();
+    for u in &recovery.units {
+        marker::scan(&u.plaintext, &mut out);
+    }
+    for (_, image) in recovery.images() {
+        marker::scan(&image, &mut out);
+    }
+    out
+}
+
+impl Adversary {
+    /// The marker blocks of every unit `history` (old vault keys) opens
+    /// whose key the scheme state of the `held` records still derives
+    /// from the unit's reference: [`audit::rederive`], with the units'
+    /// identities learned from the old copies.
+    pub fn rederived_markers(
+        &self,
+        history: &[VaultRecord],
+        held: &[VaultRecord],
+        provider: Arc<dyn CryptoProvider>,
+    ) -> BTreeSet<Marker> {
+        let known = self.recover(history, provider.clone()).units;
+        let recovery = audit::rederive(
+            &self.superblocks,
+            self.medium.clone(),
+            held,
+            &known,
+            provider,
+        );
+        markers_of(&recovery)
+    }
+}
+
+/// Under a key scheme whose references are not keys (a forest's leaf
+/// index), an adversary who also knows every unit's place and reference —
+/// learned here by opening the recording with every old vault key,
+/// `history` — must still open nothing deleted with what `vault` holds:
+/// the scheme's committed state must derive no deleted unit's key.
+/// Returns what it opened (callers that know the store's state check that
+/// live data is among it: the adversary is not blind). Nothing to check
+/// under the parent-pointer scheme, whose references are the keys.
+pub fn check_no_rederivation(
+    adversary: &Adversary,
+    scheme: u8,
+    history: &[VaultRecord],
+    vault: &dyn oubli_core::Vault,
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) -> BTreeSet<Marker> {
+    if scheme == oubli_crypto::SCHEME_PARENT_POINTER {
+        return BTreeSet::new();
+    }
+    let held = vault.readable_records().expect("vault");
+    let rederived = adversary.rederived_markers(history, &held, provider);
+    let leaked: Vec<_> = rederived.intersection(&runner.erased).take(5).collect();
+    assert!(
+        leaked.is_empty(),
+        "the key scheme still derives the keys of deleted data: {leaked:?}"
+    );
+    rederived
+}
+
+/// [`check_no_rederivation`] against everything `recording` ever held,
+/// with every key `vault` ever held as the source of units' identities.
+pub fn check_no_rederivation_on(
+    recording: &RecordingMedium<MemMedium>,
+    scheme: u8,
+    vault: &crate::vault::RecordingVault,
+    runner: &crate::workload::Runner,
+    provider: Arc<dyn CryptoProvider>,
+) -> BTreeSet<Marker> {
+    let adversary = Adversary::seize(recording);
+    check_no_rederivation(
+        &adversary,
+        scheme,
+        &vault.history(),
+        vault,
+        runner,
+        provider,
+    )
 }
 
 /// Both halves of the promise against everything `recording` ever held and

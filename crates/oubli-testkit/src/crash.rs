@@ -1,6 +1,6 @@
 //! The crash sweep: cut the power at every I/O point of a workload, reopen, and check both halves of the guarantee.
 
-use crate::adversary::Adversary;
+use crate::adversary::{check_no_rederivation, Adversary};
 use crate::harness;
 use crate::vault::RecordingVault;
 use crate::workload::{Runner, Step, Workload};
@@ -46,10 +46,16 @@ pub struct CutOutcome {
 ///   adversary holding every byte ever written plus the current vault.
 ///
 /// Panics with a description of the violated property.
-pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode) -> CutOutcome {
+pub fn cut_at(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    point: Option<u64>,
+    mode: CutMode,
+) -> CutOutcome {
     let options = harness::options(seed);
     let stack = stack(mode.in_order);
-    let (store, vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) = harness::create_with(stack.clone() as Arc<dyn Medium>, &options, scheme);
     if let Some(p) = point {
         stack.arm(stack.points() + p, mode.fault);
     }
@@ -75,7 +81,7 @@ pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode)
         &vault,
         &runner,
         &options,
-        mode,
+        (scheme, mode),
         seed ^ point.unwrap_or(0),
     );
     CutOutcome {
@@ -86,10 +92,10 @@ pub fn cut_at(workload: &Workload, seed: u64, point: Option<u64>, mode: CutMode)
 
 /// Counts the I/O points of a workload after store creation, on an
 /// in-order medium or not (flushes sync less on the former).
-pub fn count_points(workload: &Workload, seed: u64, in_order: bool) -> u64 {
+pub fn count_points(workload: &Workload, seed: u64, scheme: u8, in_order: bool) -> u64 {
     let options = harness::options(seed);
     let stack = stack(in_order);
-    let (store, _vault) = harness::create(stack.clone() as Arc<dyn Medium>, &options);
+    let (store, _vault) = harness::create_with(stack.clone() as Arc<dyn Medium>, &options, scheme);
     let start = stack.points();
     let mut runner = Runner::default();
     for step in &workload.steps {
@@ -103,7 +109,7 @@ fn verify_after_crash(
     vault: &Arc<RecordingVault>,
     runner: &Runner,
     options: &Options,
-    mode: CutMode,
+    (scheme, mode): (u8, CutMode),
     seed: u64,
 ) {
     let crashed = Arc::new(RecordingMedium::new(
@@ -126,6 +132,14 @@ fn verify_after_crash(
     // ...and every share vault's content.
     let shares = runner.share_keys();
     for adversary in [Adversary::seize(stack.inner()), Adversary::seize(&crashed)] {
+        check_no_rederivation(
+            &adversary,
+            scheme,
+            &vault.history(),
+            &**vault,
+            runner,
+            options.provider.clone(),
+        );
         let recovered =
             adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
         let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
@@ -145,12 +159,19 @@ fn verify_after_crash(
 /// adversary holding every byte ever written plus *everything the vault
 /// holds* must open nothing deleted before that commit. Returns `false` if
 /// the workload has fewer than `nth + 1` commits.
-pub fn cut_rotation(workload: &Workload, seed: u64, nth: usize, tear: TearMode) -> bool {
+pub fn cut_rotation(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    nth: usize,
+    tear: TearMode,
+) -> bool {
     let options = harness::options(seed);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create_flaky(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_flaky_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     let mut commits = 0;
     let mut cut = false;

@@ -2,7 +2,10 @@
 
 use crate::vault::RecordingVault;
 use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
-use oubli_crypto::{CryptoProvider, DeterministicProvider};
+use oubli_crypto::{
+    CryptoProvider, DeterministicProvider, SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA,
+    SCHEME_PARENT_POINTER,
+};
 use oubli_vault::{FlakyVault, MemoryVault};
 use std::sync::Arc;
 
@@ -25,8 +28,36 @@ pub fn provider(options: &Options) -> Arc<dyn CryptoProvider> {
     options.provider.clone()
 }
 
+/// Every key scheme: the proof tests that take a scheme run once per entry.
+pub const SCHEMES: [u8; 3] = [
+    SCHEME_PARENT_POINTER,
+    SCHEME_KEYED_HASH_FOREST,
+    SCHEME_KEY_STORAGE_AREA,
+];
+
+/// The scheme's name, for test messages.
+pub fn scheme_name(scheme: u8) -> &'static str {
+    oubli_crypto::scheme_name(scheme).expect("a known key scheme")
+}
+
+fn create_options(scheme: u8) -> CreateOptions {
+    CreateOptions {
+        cell_size: TEST_CELL,
+        key_scheme: scheme,
+    }
+}
+
 /// Creates a store on `medium` with a recording vault; returns both.
 pub fn create(medium: Arc<dyn Medium>, options: &Options) -> (Store, Arc<RecordingVault>) {
+    create_with(medium, options, SCHEME_PARENT_POINTER)
+}
+
+/// [`create`] with the given key scheme.
+pub fn create_with(
+    medium: Arc<dyn Medium>,
+    options: &Options,
+    scheme: u8,
+) -> (Store, Arc<RecordingVault>) {
     let mut vault = None;
     let store = Store::create(
         medium,
@@ -35,9 +66,7 @@ pub fn create(medium: Arc<dyn Medium>, options: &Options) -> (Store, Arc<Recordi
             vault = Some(v.clone());
             Ok(v)
         },
-        CreateOptions {
-            cell_size: TEST_CELL,
-        },
+        create_options(scheme),
         options.clone(),
     )
     .expect("create store");
@@ -50,6 +79,15 @@ pub fn create_flaky(
     medium: Arc<dyn Medium>,
     options: &Options,
 ) -> (Store, Arc<FlakyVault<MemoryVault>>) {
+    create_flaky_with(medium, options, SCHEME_PARENT_POINTER)
+}
+
+/// [`create_flaky`] with the given key scheme.
+pub fn create_flaky_with(
+    medium: Arc<dyn Medium>,
+    options: &Options,
+    scheme: u8,
+) -> (Store, Arc<FlakyVault<MemoryVault>>) {
     let vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
     let v = vault.clone();
     let store = Store::create(
@@ -58,9 +96,7 @@ pub fn create_flaky(
             v.store(record)?;
             Ok(v)
         },
-        CreateOptions {
-            cell_size: TEST_CELL,
-        },
+        create_options(scheme),
         options.clone(),
     )
     .expect("create store");

@@ -31,12 +31,22 @@ pub struct NandStore {
 /// Formats a store on a fresh in-memory chip (erases recorded, so that
 /// every past state of the chip is known).
 pub fn create(options: &Options) -> NandStore {
+    create_with(options, oubli_crypto::SCHEME_PARENT_POINTER)
+}
+
+/// [`create`] with the given key scheme.
+pub fn create_with(options: &Options, scheme: u8) -> NandStore {
     let chip = Arc::new(NandChip::in_memory(geometry(), &[17], None).unwrap());
     chip.record_history(true);
-    create_on(chip, options)
+    create_on_with(chip, options, scheme)
 }
 
 pub fn create_on(chip: Arc<NandChip>, options: &Options) -> NandStore {
+    create_on_with(chip, options, oubli_crypto::SCHEME_PARENT_POINTER)
+}
+
+/// [`create_on`] with the given key scheme.
+pub fn create_on_with(chip: Arc<NandChip>, options: &Options, scheme: u8) -> NandStore {
     let ubi = Arc::new(Ubi::attach(chip, UbiConfig::default()).unwrap());
     let medium = Arc::new(NandMedium::new(ubi.clone()).unwrap());
     let provider = options.provider.clone();
@@ -57,6 +67,7 @@ pub fn create_on(chip: Arc<NandChip>, options: &Options) -> NandStore {
         },
         CreateOptions {
             cell_size: harness::TEST_CELL,
+            key_scheme: scheme,
         },
         options.clone(),
     )

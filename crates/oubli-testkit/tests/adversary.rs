@@ -2,7 +2,7 @@
 
 use oubli_core::{Error, Medium, Vault};
 use oubli_media::{MemMedium, RecordingMedium};
-use oubli_testkit::adversary::check_promise;
+use oubli_testkit::adversary::{check_no_rederivation, check_no_rederivation_on, check_promise};
 use oubli_testkit::harness;
 use oubli_testkit::workload::{Runner, Step, Workload};
 use oubli_testkit::Adversary;
@@ -13,11 +13,18 @@ use std::sync::Arc;
 /// current vault: nothing deleted before that commit opens. Live data does.
 #[test]
 fn nothing_deleted_before_the_last_commit_opens() {
+    for scheme in harness::SCHEMES {
+        nothing_deleted_before_the_last_commit_opens_with(scheme);
+    }
+}
+
+fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8) {
     let options = harness::options(11);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::generate(11, 1200, 64 * 1024, 25);
     let mut runner = Runner::default();
     let mut checked = 0;
@@ -25,6 +32,23 @@ fn nothing_deleted_before_the_last_commit_opens() {
         runner.step(&store, step).expect("step");
         if *step == Step::Commit && runner.commits % 3 == 0 {
             check_promise(&recording, &*vault, &runner, options.provider.clone());
+            let rederived = check_no_rederivation_on(
+                &recording,
+                scheme,
+                &vault,
+                &runner,
+                options.provider.clone(),
+            );
+            // Not blind: under a scheme with keys outside the tree, every
+            // live block rederives.
+            if scheme != harness::SCHEMES[0] {
+                let live = runner.model.live_markers();
+                let missing: Vec<_> = live.difference(&rederived).take(5).collect();
+                assert!(
+                    missing.is_empty(),
+                    "live data did not rederive: {missing:?}"
+                );
+            }
             checked += 1;
         }
     }
@@ -51,11 +75,18 @@ fn nothing_deleted_before_the_last_commit_opens() {
 /// data — so the test above can fail, and the vault overwrite is what matters.
 #[test]
 fn control_old_vault_keys_do_recover_deleted_data() {
+    for scheme in harness::SCHEMES {
+        control_old_vault_keys_do_recover_deleted_data_with(scheme);
+    }
+}
+
+fn control_old_vault_keys_do_recover_deleted_data_with(scheme: u8) {
     let options = harness::options(12);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::generate(12, 600, 64 * 1024, 25);
     let mut runner = Runner::default();
     for step in &workload.steps {
@@ -77,11 +108,18 @@ fn control_old_vault_keys_do_recover_deleted_data() {
 /// epoch), and `purge` ends that window at once.
 #[test]
 fn purge_closes_the_window() {
+    for scheme in harness::SCHEMES {
+        purge_closes_the_window_with(scheme);
+    }
+}
+
+fn purge_closes_the_window_with(scheme: u8) {
     let options = harness::options(13);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     runner.step(&store, &Step::Create).unwrap();
     runner
@@ -119,9 +157,15 @@ fn purge_closes_the_window() {
 /// and the cleaner's moves are not mistaken for leaks.
 #[test]
 fn audit_with_old_copies_and_old_keys() {
+    for scheme in harness::SCHEMES {
+        audit_with_old_copies_and_old_keys_with(scheme);
+    }
+}
+
+fn audit_with_old_copies_and_old_keys_with(scheme: u8) {
     let options = harness::options(14);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-    let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) = harness::create_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     for step in Workload::generate(14, 300, 64 * 1024, 1000).steps {
         if step != Step::Commit {
@@ -156,11 +200,18 @@ fn audit_with_old_copies_and_old_keys() {
 /// ended epoch's deletions — the report is honest and this test can fail.
 #[test]
 fn cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done() {
+    for scheme in harness::SCHEMES {
+        cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done_with(scheme);
+    }
+}
+
+fn cut_rotations_and_unknown_outcomes_leak_nothing_once_reported_done_with(scheme: u8) {
     let options = harness::options(15);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create_flaky(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_flaky_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::generate(15, 1000, 64 * 1024, 25);
     let mut runner = Runner::default();
     let (mut cut, mut unknown, mut honest) = (0, 0, 0);
@@ -253,12 +304,19 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
     let Some(server) = oubli_s3::test_server::TestServer::start_or_skip(dir.path()) else {
         return;
     };
-    let at = server.bucket("adversary", true, "store");
+    for scheme in harness::SCHEMES {
+        versioned_bucket_with(&server, scheme);
+    }
+}
+
+fn versioned_bucket_with(server: &oubli_s3::test_server::TestServer, scheme: u8) {
+    let at = server.bucket(&format!("adversary-{scheme}"), true, "store");
     let medium = oubli_s3::S3Medium::open_with(&at, &server.config())
         .unwrap()
         .with_segment_capacity(harness::TEST_SEGMENT);
     let options = harness::options(21);
-    let (store, vault) = harness::create(Arc::new(medium) as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(Arc::new(medium) as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::generate(21, 700, 64 * 1024, 25);
     let mut runner = Runner::default();
     let admin = server.admin();
@@ -281,6 +339,14 @@ fn nothing_deleted_opens_from_any_version_a_versioned_bucket_kept() {
     let adversary = Adversary::seize_bucket(&admin, &at.bucket, &at.prefix);
     oubli_testkit::adversary::check_promise_against(
         &adversary,
+        &*vault,
+        &runner,
+        options.provider.clone(),
+    );
+    check_no_rederivation(
+        &adversary,
+        scheme,
+        &vault.history(),
         &*vault,
         &runner,
         options.provider.clone(),

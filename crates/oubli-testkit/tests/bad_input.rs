@@ -3,7 +3,7 @@
 use oubli_core::{CreateOptions, EpochPolicy, Error, Medium, Options, Store, Vault, VaultError};
 use oubli_crypto::{RingProvider, SecretBytes};
 use oubli_media::{DirMedium, FaultMedium, ReadFault, ReadTarget};
-use oubli_testkit::marker;
+use oubli_testkit::{harness, marker};
 use oubli_vault::{FileVault, KdfParams, MemoryVault};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +27,10 @@ fn options() -> Options {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_scheme(oubli_crypto::SCHEME_PARENT_POINTER)
+    }
+
+    fn with_scheme(key_scheme: u8) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
         let vault = dir.path().join("vault");
@@ -44,7 +48,10 @@ impl Fixture {
                 )
                 .map_err(Error::from)
             },
-            CreateOptions::default(),
+            CreateOptions {
+                key_scheme,
+                ..CreateOptions::default()
+            },
             options(),
         )
         .unwrap();
@@ -134,9 +141,16 @@ fn flipped_bit_in_a_tree_node_is_an_integrity_error() {
     assert!(read_is_exact_or_corrupt(&f, oid, &data));
 }
 
+/// Under every key scheme (the segment then also holds the scheme's state).
 #[test]
 fn every_flipped_byte_of_the_medium_is_detected_or_harmless() {
-    let f = Fixture::new();
+    for scheme in harness::SCHEMES {
+        every_flipped_byte_with(scheme);
+    }
+}
+
+fn every_flipped_byte_with(scheme: u8) {
+    let f = Fixture::with_scheme(scheme);
     let (oid, data) = f.put(b"a", 1, 40_000);
     let seg = f
         .segments()

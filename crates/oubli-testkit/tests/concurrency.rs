@@ -8,9 +8,15 @@ use std::sync::Arc;
 
 #[test]
 fn readers_and_writers_race_commits_and_the_cleaner() {
+    for scheme in harness::SCHEMES {
+        readers_and_writers_race_with(scheme);
+    }
+}
+
+fn readers_and_writers_race_with(scheme: u8) {
     let options = harness::options(3);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-    let (store, _vault) = harness::create(medium as Arc<dyn Medium>, &options);
+    let (store, _vault) = harness::create_with(medium as Arc<dyn Medium>, &options, scheme);
     let store = Arc::new(store);
     let stop = Arc::new(AtomicBool::new(false));
     let maintainer = {
@@ -73,19 +79,23 @@ fn readers_and_writers_race_commits_and_the_cleaner() {
 #[test]
 fn writers_sharing_cells_lose_nothing() {
     // The race is narrow: several rounds make a stale merge likely to show.
-    for round in 0..4 {
-        writers_sharing_cells_round(round);
+    // Under a scheme with keys outside the tree, a merge that read a cell a
+    // commit just swept would fail to resolve its key.
+    for scheme in harness::SCHEMES {
+        for round in 0..4 {
+            writers_sharing_cells_round(round, scheme);
+        }
     }
 }
 
-fn writers_sharing_cells_round(round: u64) {
+fn writers_sharing_cells_round(round: u64, scheme: u8) {
     const THREADS: u64 = 4;
     const CELLS: u64 = 2;
     let cell = harness::TEST_CELL as u64;
     let slice = cell / THREADS;
     let options = harness::options(5 + round);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-    let (store, _vault) = harness::create(medium as Arc<dyn Medium>, &options);
+    let (store, _vault) = harness::create_with(medium as Arc<dyn Medium>, &options, scheme);
     let store = Arc::new(store);
     let oid = store.create_object(b"").unwrap();
     store
@@ -150,6 +160,12 @@ fn writers_sharing_cells_round(round: u64) {
 /// off; with every key the vault ever held (the control), it finds some.
 #[test]
 fn deletions_beside_commits_are_erased_by_the_next_commit() {
+    for scheme in harness::SCHEMES {
+        deletions_beside_commits_with(scheme);
+    }
+}
+
+fn deletions_beside_commits_with(scheme: u8) {
     use oubli_core::Vault;
     use oubli_media::RecordingMedium;
     use oubli_testkit::{adversary::Adversary, vault::RecordingVault};
@@ -174,6 +190,7 @@ fn deletions_beside_commits_are_erased_by_the_next_commit() {
         },
         oubli_core::CreateOptions {
             cell_size: harness::TEST_CELL,
+            key_scheme: scheme,
         },
         options.clone(),
     )

@@ -2,6 +2,7 @@
 
 use oubli_media::{Fault, TearMode};
 use oubli_testkit::crash::{count_points, cut_at, cut_rotation, CutMode};
+use oubli_testkit::harness::{scheme_name, SCHEMES};
 use oubli_testkit::workload::{Step, Workload};
 
 #[test]
@@ -50,8 +51,8 @@ fn every_cut_point_with_key_shares() {
 fn every_cut_point_on_a_medium_that_keeps_appends_in_order() {
     let seed = 27;
     let workload = Workload::generate(seed, 240, 48 * 1024, 20);
-    let in_order = count_points(&workload, seed, true);
-    let unordered = count_points(&workload, seed, false);
+    let in_order = count_points(&workload, seed, SCHEMES[0], true);
+    let unordered = count_points(&workload, seed, SCHEMES[0], false);
     assert!(
         in_order < unordered,
         "an in-order medium should save syncs: {in_order} I/O points against {unordered}"
@@ -117,22 +118,30 @@ fn sweep_with(seed: u64, workload: Workload, modes: &[CutMode]) {
     assert!(workload.count(|s| matches!(s, Step::Commit | Step::Gc)) >= 5);
     assert!(workload.count(|s| matches!(s, Step::Delete { .. })) >= 10);
     assert!(workload.count(|s| *s == Step::Gc) >= 1);
-    let points = count_points(&workload, seed, modes[0].in_order);
     assert!(modes.iter().all(|m| m.in_order == modes[0].in_order));
-    let mut exercised = 0;
-    for point in 0..points {
-        for &mode in modes {
-            let outcome = cut_at(&workload, seed, Some(point), mode);
-            assert!(!outcome.completed, "cut point {point} was never reached");
-            exercised += 1;
+    // One sweep per key scheme.
+    for scheme in SCHEMES {
+        let points = count_points(&workload, seed, scheme, modes[0].in_order);
+        let mut exercised = 0;
+        for point in 0..points {
+            for &mode in modes {
+                let outcome = cut_at(&workload, seed, scheme, Some(point), mode);
+                assert!(
+                    !outcome.completed,
+                    "cut point {point} was never reached ({})",
+                    scheme_name(scheme)
+                );
+                exercised += 1;
+            }
         }
+        println!(
+            "crash sweep ({}): {} steps, {points} I/O points, {exercised} cuts exercised ({} modes)",
+            scheme_name(scheme),
+            workload.steps.len(),
+            modes.len()
+        );
+        assert!(points > 200, "only {points} I/O points");
     }
-    println!(
-        "crash sweep: {} steps, {points} I/O points, {exercised} cuts exercised ({} modes)",
-        workload.steps.len(),
-        modes.len()
-    );
-    assert!(points > 200, "only {points} I/O points");
 }
 
 /// Every rotation of a workload cut between its two vault steps, with the
@@ -143,20 +152,25 @@ fn sweep_with(seed: u64, workload: Workload, modes: &[CutMode]) {
 fn every_rotation_cut_between_its_two_vault_steps() {
     let seed = 23;
     let workload = Workload::generate(seed, 240, 48 * 1024, 12);
-    let mut cuts = 0;
-    for nth in 0.. {
-        let mut reached = false;
-        for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
-            reached = cut_rotation(&workload, seed, nth, tear);
+    for scheme in SCHEMES {
+        let mut cuts = 0;
+        for nth in 0.. {
+            let mut reached = false;
+            for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
+                reached = cut_rotation(&workload, seed, scheme, nth, tear);
+                if !reached {
+                    break;
+                }
+                cuts += 1;
+            }
             if !reached {
                 break;
             }
-            cuts += 1;
         }
-        if !reached {
-            break;
-        }
+        println!(
+            "rotation sweep ({}): {cuts} rotations cut between their vault steps",
+            scheme_name(scheme)
+        );
+        assert!(cuts >= 3 * 15, "only {cuts} cuts");
     }
-    println!("rotation sweep: {cuts} rotations cut between their vault steps");
-    assert!(cuts >= 3 * 15, "only {cuts} cuts");
 }

@@ -165,6 +165,7 @@ impl Setup {
             },
             oubli_core::CreateOptions {
                 cell_size: harness::TEST_CELL,
+                ..Default::default()
             },
             options.clone(),
         )

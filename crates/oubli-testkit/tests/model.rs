@@ -44,10 +44,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn store_matches_model(actions in proptest::collection::vec(action(), 1..80), seed in any::<u64>()) {
+    fn store_matches_model(
+        actions in proptest::collection::vec(action(), 1..80),
+        seed in any::<u64>(),
+        scheme in proptest::sample::select(harness::SCHEMES.to_vec()),
+    ) {
         let options = harness::options(seed);
         let mut medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-        let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+        let (store, vault) = harness::create_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
         let mut store = Some(store);
         let mut runner = Runner::default();
         for a in &actions {
@@ -86,9 +90,13 @@ proptest! {
     /// The same on a store on simulated raw NAND (its vault on the chip); a
     /// reopen powers the chip up again from its image.
     #[test]
-    fn store_on_nand_matches_model(actions in proptest::collection::vec(action(), 1..60), seed in any::<u64>()) {
+    fn store_on_nand_matches_model(
+        actions in proptest::collection::vec(action(), 1..60),
+        seed in any::<u64>(),
+        scheme in proptest::sample::select(harness::SCHEMES.to_vec()),
+    ) {
         let options = harness::options(seed);
-        let mut s = nand::create(&options);
+        let mut s = nand::create_with(&options, scheme);
         let mut runner = Runner::default();
         for a in &actions {
             match a {

@@ -37,11 +37,18 @@ fn opener(vaults: Reachable) -> Arc<oubli_core::ShareOpener> {
 /// share's key before the destruction recovers it.
 #[test]
 fn a_destroyed_share_erases_its_data_even_from_every_old_main_key() {
+    for scheme in harness::SCHEMES {
+        a_destroyed_share_erases_its_data_even_from_every_old_main_key_with(scheme);
+    }
+}
+
+fn a_destroyed_share_erases_its_data_even_from_every_old_main_key_with(scheme: u8) {
     let options = harness::options(41);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let share_vault = Arc::new(MemoryVault::empty());
     let sv = share_vault.clone();
     let info = store
@@ -140,9 +147,15 @@ fn a_destroyed_share_erases_its_data_even_from_every_old_main_key() {
 /// back, the data reads. Shares survive reopening (the catalog).
 #[test]
 fn an_unreachable_share_vault_fails_only_its_data() {
+    for scheme in harness::SCHEMES {
+        an_unreachable_share_vault_fails_only_its_data_with(scheme);
+    }
+}
+
+fn an_unreachable_share_vault_fails_only_its_data_with(scheme: u8) {
     let options = harness::options(42);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-    let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) = harness::create_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
     let share_vault = Arc::new(MemoryVault::empty());
     let sv = share_vault.clone();
     store
@@ -200,13 +213,20 @@ fn an_unreachable_share_vault_fails_only_its_data() {
 /// everything live does, and the store matches the model.
 #[test]
 fn shares_and_snapshots_under_the_adversary_for_many_epochs() {
+    for scheme in harness::SCHEMES {
+        shares_and_snapshots_under_the_adversary_for_many_epochs_with(scheme);
+    }
+}
+
+fn shares_and_snapshots_under_the_adversary_for_many_epochs_with(scheme: u8) {
     use oubli_testkit::adversary::check_promise;
     use oubli_testkit::workload::{Runner, Step, Workload};
     let options = harness::options(43);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::with_shares(43, 1400, 64 * 1024, 25);
     let mut runner = Runner::default();
     for step in &workload.steps {

@@ -30,11 +30,18 @@ fn unique_to(runner: &Runner, name: &str) -> BTreeSet<Marker> {
 /// store and every snapshot read back as the model says.
 #[test]
 fn removed_snapshots_and_redacted_objects_never_open_after_the_next_commit() {
+    for scheme in harness::SCHEMES {
+        removed_snapshots_and_redacted_objects_never_open_after_the_next_commit_with(scheme);
+    }
+}
+
+fn removed_snapshots_and_redacted_objects_never_open_after_the_next_commit_with(scheme: u8) {
     let options = harness::options(31);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let workload = Workload::with_snapshots(31, 1400, 64 * 1024, 25);
     let mut runner = Runner::default();
     // Markers that were held by a snapshot alone when it was removed or redacted.
@@ -100,11 +107,18 @@ fn removed_snapshots_and_redacted_objects_never_open_after_the_next_commit() {
 /// snapshot's data and gives the space back once it is removed.
 #[test]
 fn snapshot_lifecycle_space_and_cleaning() {
+    for scheme in harness::SCHEMES {
+        snapshot_lifecycle_space_and_cleaning_with(scheme);
+    }
+}
+
+fn snapshot_lifecycle_space_and_cleaning_with(scheme: u8) {
     let options = harness::options(32);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let oid = store.create_object(b"").unwrap();
     let old = marker::data(1, 2 << 20);
     store.write(oid, 0, &old).unwrap();
@@ -167,9 +181,15 @@ fn snapshot_lifecycle_space_and_cleaning() {
 /// from the intent log when no commit came after them).
 #[test]
 fn snapshots_survive_reopening_from_the_table_and_from_the_log() {
+    for scheme in harness::SCHEMES {
+        snapshots_survive_reopening_from_the_table_and_from_the_log_with(scheme);
+    }
+}
+
+fn snapshots_survive_reopening_from_the_table_and_from_the_log_with(scheme: u8) {
     let options = harness::options(33);
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
-    let (store, vault) = harness::create(medium.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) = harness::create_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
     let oid = store.create_object(b"").unwrap();
     store.write(oid, 0, b"first").unwrap();
     store.snapshot_create("one", Some(4_000_000_000)).unwrap();
@@ -202,11 +222,18 @@ fn snapshots_survive_reopening_from_the_table_and_from_the_log() {
 /// current vault, the removal survives reopening, and the live data opens.
 #[test]
 fn removing_and_committing_in_one_step_erases_and_is_durable() {
+    for scheme in harness::SCHEMES {
+        removing_and_committing_in_one_step_erases_and_is_durable_with(scheme);
+    }
+}
+
+fn removing_and_committing_in_one_step_erases_and_is_durable_with(scheme: u8) {
     let options = harness::options(33);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
-    let (store, vault) = harness::create(recording.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let old = store.create_object(b"").unwrap();
     store.write(old, 0, &marker::data(1, 200_000)).unwrap();
     let kept = store.create_object(b"").unwrap();

@@ -15,10 +15,11 @@ struct Setup {
     options: oubli_core::Options,
 }
 
-fn setup() -> Setup {
+fn setup(scheme: u8) -> Setup {
     let options = harness::options(5);
     let medium = Arc::new(RecordingMedium::new(MemMedium::new()));
-    let (store, vault) = harness::create_flaky(medium.clone() as Arc<dyn Medium>, &options);
+    let (store, vault) =
+        harness::create_flaky_with(medium.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     for step in [
         Step::Create,
@@ -77,7 +78,13 @@ impl Setup {
 
 #[test]
 fn failed_vault_write_keeps_the_epoch_open_and_loses_nothing() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        failed_vault_write_keeps_the_epoch_open_and_loses_nothing_with(scheme);
+    }
+}
+
+fn failed_vault_write_keeps_the_epoch_open_and_loses_nothing_with(scheme: u8) {
+    let mut s = setup(scheme);
     let epoch = s.store.epoch();
     s.vault.fail_next_stores(1);
     assert!(matches!(s.store.commit(), Err(Error::Vault(_))));
@@ -103,7 +110,13 @@ fn failed_vault_write_keeps_the_epoch_open_and_loses_nothing() {
 
 #[test]
 fn vault_written_but_reporting_failure_counts_as_committed() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        vault_written_but_reporting_failure_counts_as_committed_with(scheme);
+    }
+}
+
+fn vault_written_but_reporting_failure_counts_as_committed_with(scheme: u8) {
+    let mut s = setup(scheme);
     let epoch = s.store.epoch();
     s.vault.fail_after_write_next_store();
     s.runner.step(&s.store, &Step::Commit).unwrap();
@@ -116,7 +129,13 @@ fn vault_written_but_reporting_failure_counts_as_committed() {
 
 #[test]
 fn unreachable_vault_blocks_durability_until_it_answers() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        unreachable_vault_blocks_durability_until_it_answers_with(scheme);
+    }
+}
+
+fn unreachable_vault_blocks_durability_until_it_answers_with(scheme: u8) {
+    let mut s = setup(scheme);
     let epoch = s.store.epoch();
     s.vault.unavailable(true);
     assert!(matches!(s.store.commit(), Err(Error::VaultStateUnknown(_))));
@@ -143,7 +162,13 @@ fn unreachable_vault_blocks_durability_until_it_answers() {
 
 #[test]
 fn garbage_from_the_vault_is_an_error_never_data() {
-    let s = setup();
+    for scheme in harness::SCHEMES {
+        garbage_from_the_vault_is_an_error_never_data_with(scheme);
+    }
+}
+
+fn garbage_from_the_vault_is_an_error_never_data_with(scheme: u8) {
+    let s = setup(scheme);
     s.vault.garbage_on_next_load();
     let crashed = Arc::new(s.medium.inner().crash(TearMode::DropUnsynced, 1));
     match Store::open(
@@ -161,7 +186,13 @@ fn garbage_from_the_vault_is_an_error_never_data() {
 
 #[test]
 fn refuse_writes_policy_stops_changes_until_a_commit_lands() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        refuse_writes_policy_stops_changes_until_a_commit_lands_with(scheme);
+    }
+}
+
+fn refuse_writes_policy_stops_changes_until_a_commit_lands_with(scheme: u8) {
+    let mut s = setup(scheme);
     // Reopen (a copy of the medium) under the refuse-writes policy.
     s.options.vault_failure = oubli_core::VaultFailurePolicy::RefuseWrites;
     let store = Store::open(
@@ -194,7 +225,13 @@ fn refuse_writes_policy_stops_changes_until_a_commit_lands() {
 /// and the deletions stay pending until the next commit erases them.
 #[test]
 fn operations_accepted_while_the_outcome_is_unknown_are_kept_and_erased_later() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        operations_accepted_while_the_outcome_is_unknown_are_kept_and_erased_later_with(scheme);
+    }
+}
+
+fn operations_accepted_while_the_outcome_is_unknown_are_kept_and_erased_later_with(scheme: u8) {
+    let mut s = setup(scheme);
     let epoch = s.store.epoch();
     // The vault takes the new key but its answer is lost, and the engine's
     // question afterwards gets a record it cannot place: outcome unknown.
@@ -239,7 +276,13 @@ fn operations_accepted_while_the_outcome_is_unknown_are_kept_and_erased_later() 
 /// objects grew, or the next flush logs their data without their size.
 #[test]
 fn a_failed_commit_does_not_forget_grown_sizes() {
-    let mut s = setup();
+    for scheme in harness::SCHEMES {
+        a_failed_commit_does_not_forget_grown_sizes_with(scheme);
+    }
+}
+
+fn a_failed_commit_does_not_forget_grown_sizes_with(scheme: u8) {
+    let mut s = setup(scheme);
     s.runner
         .step(
             &s.store,

@@ -89,6 +89,7 @@ pub use oubli_core::{
 };
 pub use oubli_crypto::{
     CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretBytes, SecretKey,
+    SCHEME_KEYED_HASH_FOREST, SCHEME_NAMES, SCHEME_PARENT_POINTER,
 };
 pub use oubli_media::{
     create_medium, open_medium, DirMedium, FaultMedium, FileMedium, MemMedium, RecordingMedium,
@@ -279,7 +280,10 @@ mod tests {
             dir.path().join("vault"),
             &password(),
             KdfParams::testing(),
-            CreateOptions { cell_size: 1000 },
+            CreateOptions {
+                cell_size: 1000,
+                ..CreateOptions::default()
+            },
             Options::default(),
         )
         .err()

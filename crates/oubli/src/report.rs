@@ -23,6 +23,18 @@ pub struct StatusReport {
     pub segments: usize,
     pub cell_size: u32,
     pub key_scheme: String,
+    /// Bytes of the key scheme's committed state (0: every key is in the tree).
+    #[serde(default)]
+    pub key_scheme_state_bytes: u64,
+    /// Bytes of key reference each unit's parent stores.
+    #[serde(default)]
+    pub key_ref_bytes: u32,
+    /// Roots of the keyed hash forest (its fragmentation).
+    #[serde(default)]
+    pub key_forest_roots: Option<u64>,
+    /// Keys held in the key storage area.
+    #[serde(default)]
+    pub key_area_keys: Option<u64>,
     pub provider: String,
     pub vault: VaultReport,
     pub policy: PolicyReport,
@@ -150,6 +162,10 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         segments: s.segments,
         cell_size: s.cell_size,
         key_scheme: s.key_scheme.to_string(),
+        key_scheme_state_bytes: s.key_scheme_stats.state_bytes,
+        key_ref_bytes: s.key_scheme_stats.key_ref_bytes,
+        key_forest_roots: s.key_scheme_stats.roots,
+        key_area_keys: s.key_scheme_stats.keys,
         provider: s.provider.to_string(),
         vault: VaultReport {
             kind: s.vault.kind.clone(),

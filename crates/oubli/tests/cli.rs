@@ -19,6 +19,10 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
+        Env::with_key_scheme("parent-pointer")
+    }
+
+    fn with_key_scheme(scheme: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let env = Env {
             store: dir.path().join("store"),
@@ -27,6 +31,7 @@ impl Env {
         };
         env.cmd()
             .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+            .args(["--key-scheme", scheme])
             .assert()
             .success()
             .stdout(predicate::str::contains("created store"));
@@ -64,6 +69,16 @@ impl Env {
         let out = self.cmd().args(args).output().unwrap();
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// `audit --json --with-copy OLD_STORE`.
+    fn audit_with_copy(&self, old_store: &Path) -> Value {
+        self.json(&[
+            "audit",
+            "--json",
+            "--with-copy",
+            old_store.to_str().unwrap(),
+        ])
     }
 
     /// The largest segment file: the one holding the data cells.
@@ -244,6 +259,73 @@ fn status_json_parses() {
         .assert()
         .success()
         .stdout(predicate::str::contains("epoch"));
+}
+
+/// Every key scheme behind the same commands: round trip, erasure at the
+/// commit (the audit with an old copy of the store opens nothing deleted;
+/// with an old copy of the vault too it does), `status` naming the scheme,
+/// fsck and gc.
+#[test]
+fn every_key_scheme_erases_at_commit_and_reports_itself() {
+    for (scheme, ref_bytes) in [
+        ("parent-pointer", 32),
+        ("keyed-hash-forest", 8),
+        ("key-storage-area", 8),
+    ] {
+        let env = Env::with_key_scheme(scheme);
+        env.put("secret", &noise(100_000, 1));
+        env.put("keeper", &noise(50_000, 2));
+        let (old_store, old_vault) = copy_then_delete(&env);
+        let after = env.audit_with_copy(&old_store);
+        assert_eq!(after["verdict"], "ok", "{scheme}: {after}");
+        assert_eq!(after["leaked_units"], 0, "{scheme}");
+        env.cmd()
+            .arg("--vault")
+            .arg(&old_vault)
+            .arg("audit")
+            .arg("--with-copy")
+            .arg(&old_store)
+            .assert()
+            .code(10);
+        let status = env.json(&["status", "--json"]);
+        assert_eq!(status["key_scheme"], scheme, "{status}");
+        assert_eq!(status["key_ref_bytes"], ref_bytes, "{status}");
+        assert_eq!(
+            status["key_forest_roots"].is_u64(),
+            scheme == "keyed-hash-forest",
+            "{status}"
+        );
+        assert_eq!(
+            status["key_area_keys"].is_u64(),
+            scheme == "key-storage-area",
+            "{status}"
+        );
+        env.cmd().arg("fsck").assert().success();
+        env.cmd()
+            .args(["gc", "--consolidate-keys"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(if scheme == "keyed-hash-forest" {
+                "key forest roots"
+            } else {
+                "consolidated"
+            }));
+        assert_eq!(env.get("keeper"), noise(50_000, 2), "{scheme}");
+        env.cmd().arg("audit").assert().success();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    Command::cargo_bin("oubli")
+        .unwrap()
+        .env_clear()
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .arg("--store")
+        .arg(dir.path().join("s"))
+        .arg("--vault")
+        .arg(dir.path().join("v"))
+        .args(["init", "--key-scheme", "eraser-tree"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown key scheme"));
 }
 
 #[test]
@@ -449,24 +531,26 @@ fn copied_then_deleted() -> (Env, PathBuf, PathBuf) {
     let env = Env::new();
     env.put("secret", b"the launch code is 0000");
     env.put("keeper", &noise(70_000, 5));
+    let (old_store, old_vault) = copy_then_delete(&env);
+    (env, old_store, old_vault)
+}
+
+/// Copies the store and the vault aside (an adversary's old copies), then
+/// removes "secret" and commits; returns the copies.
+fn copy_then_delete(env: &Env) -> (PathBuf, PathBuf) {
     let old_store = env.path("old-store");
     let old_vault = env.path("old-vault");
     copy_dir(&env.store, &old_store);
     fs::copy(&env.vault, &old_vault).unwrap();
     env.cmd().args(["rm", "secret"]).assert().success();
     env.cmd().arg("commit").assert().success();
-    (env, old_store, old_vault)
+    (old_store, old_vault)
 }
 
 #[test]
 fn old_copy_of_the_store_opens_nothing_deleted() {
     let (env, old_store, _) = copied_then_deleted();
-    let verdict = env.json(&[
-        "audit",
-        "--json",
-        "--with-copy",
-        old_store.to_str().unwrap(),
-    ]);
+    let verdict = env.audit_with_copy(&old_store);
     assert_eq!(verdict["verdict"], "ok", "{verdict}");
     assert_eq!(verdict["leaked_units"], 0);
     assert_eq!(verdict["copies"][0]["units_opened"], 0);

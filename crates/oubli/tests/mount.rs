@@ -14,6 +14,10 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
+        Env::with_key_scheme("parent-pointer")
+    }
+
+    fn with_key_scheme(key_scheme: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let env = Env {
             store: dir.path().join("store"),
@@ -23,6 +27,7 @@ impl Env {
         fs::create_dir(&env.mnt).unwrap();
         env.cmd()
             .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+            .args(["--key-scheme", key_scheme])
             .assert()
             .success();
         env
@@ -63,7 +68,13 @@ fn mount_write_unmount_audit() {
     if !fuse_available() {
         return;
     }
-    let env = Env::new();
+    for scheme in ["parent-pointer", "keyed-hash-forest", "key-storage-area"] {
+        mount_write_unmount_audit_with(scheme);
+    }
+}
+
+fn mount_write_unmount_audit_with(key_scheme: &str) {
+    let env = Env::with_key_scheme(key_scheme);
     let src = env.dir.path().join("src");
     fs::write(&src, b"stored before").unwrap();
     env.cmd()

@@ -52,6 +52,7 @@ complete -c oubli -n "__fish_oubli_needs_command" -f -a "umount" -d 'Unmount a m
 complete -c oubli -n "__fish_oubli_needs_command" -f -a "generate" -d 'Write the man pages and shell completions under DIR (as under /usr/local/share)'
 complete -c oubli -n "__fish_oubli_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l cell-size -d 'Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)' -r
+complete -c oubli -n "__fish_oubli_using_subcommand init" -l key-scheme -d 'Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe), key-storage-area (an array of key positions, DNEFS)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-memory -d 'Argon2id memory for the password key, in MiB' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l kdf-iterations -d 'Argon2id passes for the password key' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l nand-geometry -d 'Shape of the chip of a new `--store nand:IMAGE`: page size, pages per erase block, erase blocks and, optionally, out-of-band bytes per page' -r
@@ -197,6 +198,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand gc" -l password-file -d 'Rea
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l purge-versions -d 'On a store in a versioned S3 bucket, also delete the old versions the bucket keeps of the store\'s objects (ciphertext under dead keys: only space is at stake)'
+complete -c oubli -n "__fish_oubli_using_subcommand gc" -l consolidate-keys -d 'First re-seal the live data under fresh keys, so that a keyed hash forest fragmented by deletions shrinks back to few roots (reads and rewrites all live data; nothing to do under parent-pointer)'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-copy -d 'An old copy of the store directory the adversary also holds (backup, snapshot); repeatable' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-vault-copy -d 'An old copy of the vault file the adversary also holds; repeatable' -r -F

@@ -24,6 +24,8 @@ pub struct Status {
     pub cell_size: u32,
     pub provider: &'static str,
     pub key_scheme: &'static str,
+    /// The key scheme's own figures (state size, forest roots).
+    pub key_scheme_stats: oubli_crypto::SchemeStats,
     pub policy: EpochPolicy,
     /// Seconds until the interval policy commits, if it is set.
     pub next_commit_in: Option<u64>,
@@ -168,7 +170,6 @@ impl Store {
                 &keys,
                 &share_keys,
                 e.ctx.provider.clone(),
-                e.ctx.scheme.clone(),
             );
             epochs.extend(recovery.epochs_opened.iter().copied());
             report.unreadable_units += recovery.failures;
@@ -244,6 +245,7 @@ impl Engine {
             cell_size: self.cell_size,
             provider: self.ctx.provider.name(),
             key_scheme: self.ctx.scheme.name(),
+            key_scheme_stats: self.ctx.scheme.stats(),
             policy: self.policy.clone(),
             next_commit_in: self
                 .policy

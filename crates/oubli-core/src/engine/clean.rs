@@ -22,11 +22,51 @@ impl Store {
 /// share is copied once and every root points at the same copy.
 struct Mover<'a> {
     victims: &'a BTreeSet<SegmentId>,
-    data_segment: Option<(SegmentId, u64)>,
-    next_segment: SegmentId,
-    target: u64,
+    out: Appender,
     moved: HashMap<u64, u64>,
     bytes: u64,
+}
+
+/// Appends units to the data segments while the tree is borrowed (the
+/// engine's own `append_unit` needs it whole); the engine takes its
+/// position back with [`Appender::give_back`].
+pub(super) struct Appender {
+    pub(super) data_segment: Option<(SegmentId, u64)>,
+    pub(super) next_segment: SegmentId,
+    pub(super) target: u64,
+}
+
+impl Appender {
+    pub(super) fn of(e: &Engine) -> Appender {
+        Appender {
+            data_segment: e.data_segment,
+            next_segment: e.next_segment,
+            target: e.segment_target,
+        }
+    }
+
+    /// Appends `bytes`; returns their address.
+    pub(super) fn append(&mut self, medium: &dyn Medium, bytes: &[u8], what: &str) -> Result<u64> {
+        let need = bytes.len() as u64;
+        let (seg, off) = match self.data_segment {
+            Some((s, o)) if o + need <= self.target => (s, o),
+            _ => {
+                self.next_segment += 1;
+                (self.next_segment - 1, 0)
+            }
+        };
+        medium
+            .append(seg, off, bytes)
+            .map_err(|e| Error::io(what, e))?;
+        self.data_segment = Some((seg, off + need));
+        Ok(addr(seg, off as u32))
+    }
+
+    pub(super) fn give_back(self, e: &mut Engine) {
+        e.data_segment = self.data_segment;
+        e.next_segment = self.next_segment;
+        e.unsynced = true;
+    }
 }
 
 impl Mover<'_> {
@@ -49,22 +89,10 @@ impl Mover<'_> {
                 ctx.medium
                     .read(addr_segment(c.addr), addr_offset(c.addr) as u64, &mut buf)
                     .map_err(|e| read_error("a live cell during cleaning", e))?;
-                let need = buf.len() as u64;
-                let (seg, off) = match self.data_segment {
-                    Some((s, o)) if o + need <= self.target => (s, o),
-                    _ => {
-                        self.next_segment += 1;
-                        (self.next_segment - 1, 0)
-                    }
-                };
-                ctx.medium
-                    .append(seg, off, &buf)
-                    .map_err(|e| Error::io("copying a live cell", e))?;
-                self.data_segment = Some((seg, off + need));
-                let to = addr(seg, off as u32);
+                let to = self.out.append(&*ctx.medium, &buf, "copying a live cell")?;
                 self.moved.insert(c.addr, to);
                 c.addr = to;
-                self.bytes += need;
+                self.bytes += buf.len() as u64;
                 Ok(true)
             },
         )
@@ -86,7 +114,7 @@ impl Engine {
         for tree in self.roots() {
             self.each_unit(tree, &mut mark)?;
         }
-        if let Some(t) = &self.catalog_unit {
+        for t in self.catalog_unit.iter().chain(&self.scheme_state_units) {
             mark(t.addr, t.len as u64);
         }
         Ok(live)
@@ -190,9 +218,7 @@ impl Engine {
         // traced.
         let mut mover = Mover {
             victims: &victims,
-            data_segment: self.data_segment,
-            next_segment: self.next_segment,
-            target: self.segment_target,
+            out: Appender::of(self),
             moved: HashMap::new(),
             bytes: 0,
         };
@@ -210,10 +236,8 @@ impl Engine {
         }
         self.snapshots = snapshots;
         self.snapshot_generation += 1;
-        self.data_segment = mover.data_segment;
-        self.next_segment = mover.next_segment;
         let moved = mover.bytes;
-        self.unsynced = true;
+        mover.out.give_back(self);
         if let Err(e) = result {
             self.poisoned = Some(format!("cleaner: {e}"));
             return Err(e);

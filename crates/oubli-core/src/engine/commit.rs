@@ -266,7 +266,17 @@ impl Engine {
             store_id: &self.store_id,
             epoch: self.epoch,
         };
-        let frame = log::seal_frame(&keys, self.log_seq, &self.pending);
+        // Keys the scheme made since the last flush that these ops need
+        // (a keyed hash forest's new tree) go first in the same batch.
+        let journal = self.ctx.scheme.journal();
+        let logged = journal.len();
+        let frame = if journal.is_empty() {
+            log::seal_frame(&keys, self.log_seq, &self.pending)
+        } else {
+            let mut ops: Vec<Op> = journal.into_iter().map(Op::Scheme).collect();
+            ops.extend(self.pending.iter().cloned());
+            log::seal_frame(&keys, self.log_seq, &ops)
+        };
         let tally = log::seal_tally(
             &keys,
             self.log_seq + 1,
@@ -306,6 +316,7 @@ impl Engine {
         self.log_offset += frame.len() as u64;
         self.tally_offset += tally.len() as u64;
         self.log_seq += 1;
+        self.ctx.scheme.journal_logged(logged);
         self.pending.clear();
         self.size_dirty.clear();
         Ok(())
@@ -412,6 +423,10 @@ impl Engine {
             epoch: self.epoch + 1,
             key: self.ctx.provider.random_key(),
         };
+        // A key scheme with keys outside the tree forgets every key no
+        // retained root reaches, and its state goes under the new epoch key
+        // (appended with the nodes: synced before the superblock).
+        let scheme_state = self.persist_scheme_state(&catalog, &next)?;
         let log = LogPlace {
             segment: self.alloc_segment(),
             tally: Some(self.alloc_segment()),
@@ -432,8 +447,8 @@ impl Engine {
             live_bytes: self.live_bytes,
             committed_at: now_secs(),
             catalog,
-            key_scheme: KEY_SCHEME_PARENT_POINTER,
-            scheme_state: None,
+            key_scheme: self.ctx.scheme.id(),
+            scheme_state,
         };
         let sealed = superblock::seal(&*self.ctx.provider, &next.key, &header, &body);
         Ok(CommitPlan {
@@ -510,8 +525,73 @@ impl Engine {
         }
     }
 
+    /// Tells the key scheme which keys every retained root (the live tree,
+    /// each snapshot, the catalog) still reaches — the other keys it holds
+    /// become underivable — and seals its state for epoch `next` (`None`
+    /// for the parent-pointer scheme). Runs after every node of the
+    /// commit is sealed, so the trace sees the new roots; its cost is a
+    /// walk of the metadata of every root (DESIGN §3).
+    fn persist_scheme_state(
+        &mut self,
+        catalog: &Option<NodePtr>,
+        next: &VaultRecord,
+    ) -> Result<Option<NodePtr>> {
+        let scheme = self.ctx.scheme.clone();
+        if !scheme.keeps_keys_outside_tree() {
+            return Ok(None);
+        }
+        let mut live = Vec::new();
+        for tree in self.roots() {
+            tree.walk(&self.ctx, &mut |ptr, node| {
+                live.extend(ptr.map(|p| p.key.clone()));
+                if let Node::Leaf(entries) = node {
+                    for (_, v) in entries {
+                        if let Value::Cell(c) = v {
+                            live.push(c.key.clone());
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        live.extend(catalog.iter().map(|c| c.key.clone()));
+        {
+            // A read or a write's merge that captured a cell pointer under
+            // the engine lock resolves its key after releasing it, holding
+            // the I/O guard: the sweep waits for those, so no unit it was
+            // promised vanishes under it.
+            let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
+            scheme
+                .sweep(&live)
+                .map_err(|e| Error::Corrupt(format!("key scheme: {e}")))?;
+        }
+        let Some(mut plain) = scheme.commit_state() else {
+            return Ok(None);
+        };
+        let provider = self.ctx.provider.clone();
+        let store_id = self.store_id;
+        // Chunks well under a segment, so that a state of any size fits.
+        let chunk = (self.segment_target / 4).clamp(4096, 1 << 20) as usize;
+        let written = crate::scheme_state::write(
+            &*provider,
+            &next.key,
+            &store_id,
+            next.epoch,
+            &plain,
+            chunk,
+            &mut |sealed| self.append_unit(sealed),
+        );
+        wipe(&mut plain);
+        let written = written?;
+        self.scheme_state_units = written.units;
+        Ok(Some(written.index))
+    }
+
     fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {
         let old_log = self.log;
+        // The new state holds the keys the scheme made before the commit:
+        // the new epoch's log need not carry them again.
+        self.ctx.scheme.committed();
         self.epoch = next.epoch;
         self.epoch_key = next.key;
         self.active_slot = slot;

@@ -9,6 +9,7 @@
 mod check;
 mod clean;
 mod commit;
+mod consolidate;
 mod names;
 mod read;
 mod recover;
@@ -19,6 +20,7 @@ mod write;
 pub use check::{FsckReport, Overhead, Status};
 pub use clean::GcReport;
 use commit::UnknownRotation;
+pub use consolidate::ConsolidateReport;
 pub use share::{ShareInfo, ShareOpener, SHARE_DESTROYED};
 pub(crate) use snapshot::read_catalog;
 use snapshot::Snapshot;
@@ -28,7 +30,7 @@ use write::DirtyCell;
 use crate::error::{read_error, Error, Result};
 use crate::log::{self, LogFormat, LogKeys, LogPlace, Op};
 use crate::medium::{Medium, SegmentId, Slot};
-use crate::superblock::{self, Body, Header, FORMAT_VERSION, KEY_SCHEME_PARENT_POINTER};
+use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
     addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node, NodePtr,
     ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
@@ -36,8 +38,7 @@ use crate::tree::{
 use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
 use oubli_crypto::{
-    wipe, CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme, PlainBuf, RingProvider,
-    SecretKey, TAG_LEN,
+    wipe, CryptoProvider, KeyRef, KeyScheme, PlainBuf, RingProvider, SecretKey, TAG_LEN,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -87,7 +88,6 @@ impl EpochPolicy {
 #[derive(Clone)]
 pub struct Options {
     pub provider: Arc<dyn CryptoProvider>,
-    pub key_scheme: Arc<dyn KeyScheme>,
     pub policy: EpochPolicy,
     /// Open without writing anything: no recovery commit, mutations refused.
     pub read_only: bool,
@@ -155,7 +155,6 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             provider: Arc::new(RingProvider::new()),
-            key_scheme: Arc::new(ParentPointerScheme),
             policy: EpochPolicy::default(),
             read_only: false,
             node_cache_bytes: 64 << 20,
@@ -169,12 +168,16 @@ impl Default for Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateOptions {
     pub cell_size: u32,
+    /// Where unit keys come from (`oubli_crypto::SCHEME_*`); the store
+    /// keeps it for life (recorded in the superblock).
+    pub key_scheme: u8,
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
         CreateOptions {
             cell_size: DEFAULT_CELL_SIZE,
+            key_scheme: oubli_crypto::SCHEME_PARENT_POINTER,
         }
     }
 }
@@ -286,6 +289,8 @@ struct Engine {
     snapshots: BTreeMap<String, Snapshot>,
     /// Where the committed catalog lies (for the cleaner).
     catalog_unit: Option<NodePtr>,
+    /// The units of the key scheme's committed state (for the cleaner).
+    scheme_state_units: Vec<NodePtr>,
     /// Key shares by id (destroyed ones included: ids are never reused).
     shares: BTreeMap<u32, crate::share::ShareRecord>,
     /// The keys of the shares whose vaults were opened (lazily, by reads).
@@ -523,11 +528,12 @@ impl Engine {
         }
     }
 
-    /// Accounts for units that left the tree: their space is dead and the key scheme is told.
+    /// Accounts for units that left the tree: their space is dead. (A key
+    /// scheme with keys outside the tree learns it at the commit's trace of
+    /// every root, since a snapshot may still reach the unit.)
     fn release_nodes(&mut self, freed: Vec<NodePtr>) {
         for p in freed {
             self.live_bytes = self.live_bytes.saturating_sub(p.len as u64);
-            self.ctx.scheme.release(&p.key);
         }
     }
 
@@ -535,7 +541,6 @@ impl Engine {
         self.live_bytes = self.live_bytes.saturating_sub(c.sealed_len());
         self.stats.freed_bytes += c.sealed_len();
         self.stats.units_freed += 1;
-        self.ctx.scheme.release(&c.key);
     }
 
     fn tree_insert(&mut self, key: Key, value: Value) -> Result<Option<Value>> {
@@ -590,6 +595,7 @@ impl Engine {
             Op::PutCell { oid, cell, cref } => {
                 // Counted here, not where it is appended, so replay counts it too.
                 self.live_bytes += cref.sealed_len();
+                self.ctx.scheme.placed(&cref.key);
                 if let Some(Value::Cell(old)) =
                     self.tree_insert(cell_key(*oid, *cell), Value::Cell(cref.clone()))?
                 {
@@ -642,6 +648,14 @@ impl Engine {
                 self.apply_share_op(&op)?;
             }
             Op::SetShare { .. } => self.apply_share_op(&op)?,
+            // Only replay meets these (a flush logs them straight from the scheme).
+            Op::Scheme(record) => {
+                self.ctx
+                    .scheme
+                    .replay(record)
+                    .map_err(|e| Error::Corrupt(format!("intent log: {e}")))?;
+                log = false;
+            }
             Op::PutNames { dir, hash, bucket } => {
                 let key = Key::new(*dir, KIND_NAMES, *hash);
                 let old = if bucket.entries.is_empty() {

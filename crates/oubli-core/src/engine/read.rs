@@ -54,13 +54,13 @@ impl Store {
             for p in &units[i..j] {
                 let sealed = &mut buf[at..at + p.cref.sealed_len() as usize];
                 at += sealed.len();
-                let key = sh.scheme.resolve(&p.cref.key);
+                let corrupt = || Error::Corrupt(cell_what(p, sh.cell_size));
+                let key = sh.scheme.resolve(&p.cref.key).map_err(|_| corrupt())?;
                 let key = match &p.share {
                     Some(s) => crate::share::bind(&*sh.provider, s, &key),
                     None => key,
                 };
                 let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
-                let corrupt = || Error::Corrupt(cell_what(p, sh.cell_size));
                 let dst = p.out_at - base;
                 let len = p.cref.len as usize;
                 if dst >= 0 && dst as usize + len <= out.len() {

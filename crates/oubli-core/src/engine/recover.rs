@@ -18,6 +18,12 @@ impl Store {
         V: Vault + 'static,
         F: FnOnce(&VaultRecord) -> Result<V>,
     {
+        if !oubli_crypto::SCHEME_NAMES
+            .iter()
+            .any(|(_, id)| *id == create.key_scheme)
+        {
+            return Err(Error::UnknownKeyScheme(create.key_scheme));
+        }
         if !create.cell_size.is_power_of_two() || !(4096..=1 << 20).contains(&create.cell_size) {
             return Err(Error::Invalid(format!(
                 "cell size {} must be a power of two between 4 KiB and 1 MiB",
@@ -57,7 +63,7 @@ impl Store {
             live_bytes: 0,
             committed_at: now_secs(),
             catalog: None,
-            key_scheme: KEY_SCHEME_PARENT_POINTER,
+            key_scheme: create.key_scheme,
             scheme_state: None,
         };
         let sealed = superblock::seal(&*provider, &record.key, &header, &body);
@@ -151,10 +157,19 @@ impl Store {
             .unwrap_or(0)
             .max(body.next_segment);
         let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
+        // The store's own scheme (the options' one only picks it at create).
+        let (scheme, scheme_state_units) = crate::scheme_state::load(
+            &*medium,
+            provider.clone(),
+            &record.key,
+            &record.store_id,
+            record.epoch,
+            &body,
+        )?;
         let ctx = Ctx {
             medium,
             provider,
-            scheme: options.key_scheme.clone(),
+            scheme,
             cache: RefCell::new(NodeCache::with_limit(options.node_cache_bytes)),
             io_guard: Arc::new(RwLock::new(())),
         };
@@ -170,6 +185,7 @@ impl Store {
         engine.segment_target = segment_target;
         engine.log = body.log_place();
         engine.live_bytes = body.live_bytes;
+        engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
         engine.committed_at = body.committed_at;
         engine.read_only = options.read_only;
@@ -263,6 +279,7 @@ impl Engine {
             vault_down: None,
             snapshots: BTreeMap::new(),
             catalog_unit: None,
+            scheme_state_units: Vec::new(),
             shares: BTreeMap::new(),
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,

@@ -433,7 +433,6 @@ impl Engine {
 
 /// Reads and opens the sealed catalog.
 pub(crate) fn read_catalog(ctx: &Ctx, unit: &NodePtr) -> Result<Catalog> {
-    let key = ctx.scheme.resolve(&unit.key);
     let what = || {
         format!(
             "catalog of snapshots and shares at segment {} offset {}",
@@ -441,6 +440,10 @@ pub(crate) fn read_catalog(ctx: &Ctx, unit: &NodePtr) -> Result<Catalog> {
             addr_offset(unit.addr)
         )
     };
+    let key = ctx
+        .scheme
+        .resolve(&unit.key)
+        .map_err(|e| Error::Corrupt(format!("{}: {e}", what())))?;
     let plain = crate::unit::open_unit(
         &*ctx.medium,
         &*ctx.provider,

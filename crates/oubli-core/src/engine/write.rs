@@ -114,7 +114,7 @@ impl Store {
         let mut keys = Vec::with_capacity(count);
         let mut key_refs = Vec::with_capacity(count);
         for _ in 0..count {
-            let (key, key_ref) = self.shared.scheme.allocate(&*self.shared.provider);
+            let (key, key_ref) = self.shared.scheme.allocate_detached(&*self.shared.provider);
             let key = match &share {
                 Some(s) => crate::share::bind(&*self.shared.provider, s, &key),
                 None => key,

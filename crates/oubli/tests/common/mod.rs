@@ -2,10 +2,7 @@
 #![allow(dead_code)] // each test file uses part of it
 
 use oubli::audit::recover;
-use oubli::{
-    CryptoProvider, DirMedium, FileVault, Medium, ParentPointerScheme, RingProvider, SecretBytes,
-    Slot, Vault,
-};
+use oubli::{CryptoProvider, DirMedium, FileVault, Medium, RingProvider, SecretBytes, Slot, Vault};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -289,13 +286,7 @@ pub fn recoverable(store: &Path, vault: &Path, files: &[usize]) -> BTreeMap<usiz
         .iter()
         .filter_map(|s| medium.read_superblock(*s).ok().flatten())
         .collect();
-    let recovery = recover(
-        &superblocks,
-        medium,
-        &[record],
-        provider,
-        Arc::new(ParentPointerScheme),
-    );
+    let recovery = recover(&superblocks, medium, &[record], provider);
     files
         .iter()
         .map(|&f| (f, recovery.contains(&needle(f))))

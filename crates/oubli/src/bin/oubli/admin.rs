@@ -11,7 +11,7 @@ use serde::Serialize;
 /// `oubli init`.
 pub fn init(
     g: &Global,
-    cell_size: u32,
+    create: CreateOptions,
     kdf_memory_mib: u32,
     kdf_iterations: u32,
     nand_geometry: oubli_nand::Geometry,
@@ -60,7 +60,7 @@ pub fn init(
             g,
             &password,
             kdf,
-            CreateOptions { cell_size },
+            create,
             session::options(Access::Write, &provider),
             nand_geometry,
         )
@@ -88,11 +88,12 @@ pub fn init(
             .to_string(),
     };
     Ok(format!(
-        "created store {} (cell size {}) at epoch {}\n\
+        "created store {} (cell size {}, key scheme {}) at epoch {}\n\
          created vault {} (Argon2id, {} MiB, {} passes)\n\
          Keep the password and the vault: without both, nothing in the store can be read.\n{note}",
         g.store_shown().display(),
-        ui::size(u64::from(cell_size)),
+        ui::size(u64::from(create.cell_size)),
+        ui::key_scheme_name(create.key_scheme),
         store.epoch(),
         g.vault_shown.display(),
         kdf_memory_mib,
@@ -266,7 +267,7 @@ fn render_status_base(r: &StatusReport) -> String {
         r.vault.kind,
         r.vault.location,
         ui::size(u64::from(r.cell_size)),
-        r.key_scheme,
+        scheme_line(r),
         r.provider,
         policy,
     );
@@ -309,7 +310,27 @@ fn render_status(r: &StatusReport) -> String {
 }
 
 /// `oubli gc [--threshold F] [--purge-versions]`.
-pub fn gc(g: &Global, threshold: f64, purge_versions: bool) -> Result<String, Failure> {
+/// The key scheme and, for one with keys outside the tree, its state.
+fn scheme_line(r: &StatusReport) -> String {
+    let detail = match (r.key_forest_roots, r.key_area_keys) {
+        (Some(roots), _) => format!("{roots} forest roots"),
+        (_, Some(keys)) => format!("{keys} keys"),
+        _ => return r.key_scheme.clone(),
+    };
+    format!(
+        "{} ({detail}, {} of state, {}-byte key references)",
+        r.key_scheme,
+        ui::size(r.key_scheme_state_bytes),
+        r.key_ref_bytes
+    )
+}
+
+pub fn gc(
+    g: &Global,
+    threshold: f64,
+    purge_versions: bool,
+    consolidate_keys: bool,
+) -> Result<String, Failure> {
     if purge_versions && g.remote.is_none() {
         return Err(Failure::usage(
             "--purge-versions is for a store in a versioned S3 bucket (--store s3://...)",
@@ -324,11 +345,35 @@ pub fn gc(g: &Global, threshold: f64, purge_versions: bool) -> Result<String, Fa
     // Objects nothing reaches (a command that died half-way) hold data no
     // command can delete: gone now, erased by the cleaner's commit.
     let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
+    let mut out = String::new();
+    if consolidate_keys {
+        let spinner = ui::spinner("re-keying");
+        let c = session.store.consolidate_keys();
+        drop(spinner);
+        let c = c.map_err(|e| g.fail(e))?;
+        out.push_str(&format!(
+            "consolidated: {} cell(s), {} re-sealed under fresh keys{}{}\n",
+            c.cells_rekeyed,
+            ui::size(c.bytes_resealed),
+            match (c.roots_before, c.roots_after) {
+                (Some(b), Some(a)) => format!("; key forest roots {b} -> {a}"),
+                _ => String::new(),
+            },
+            if c.cells_skipped > 0 {
+                format!(
+                    "; {} cell(s) under an unavailable share left as they were",
+                    c.cells_skipped
+                )
+            } else {
+                String::new()
+            },
+        ));
+    }
     let spinner = ui::spinner("cleaning");
     let report = session.store.gc(threshold);
     drop(spinner);
     let report = report.map_err(|e| g.fail(e))?;
-    let mut out = format!(
+    out += &format!(
         "gc: {orphans} orphan object(s) deleted and erased, {} segment(s) freed, {} reclaimed, {} of live data moved; epoch {}\n",
         report.segments_deleted,
         ui::size(report.bytes_reclaimed),

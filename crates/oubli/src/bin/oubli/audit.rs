@@ -15,9 +15,7 @@ use crate::failure::Failure;
 use crate::session::{self, Access, Global};
 use crate::ui;
 use oubli::audit::{recover, Recovered, Source};
-use oubli::{
-    exit, AuditReport, CryptoProvider, Error, KeyScheme, Medium, Slot, Store, Vault, VaultRecord,
-};
+use oubli::{exit, AuditReport, CryptoProvider, Error, Medium, Slot, Store, Vault, VaultRecord};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -160,7 +158,6 @@ pub fn audit(
     g.require_store()?;
     let _lock = g.lock(Access::Read)?;
     let provider = session::provider();
-    let scheme = session::options(Access::Read, &provider).key_scheme;
     let password = g.password()?;
     let vault = Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
     let mut old_keys = Vec::new();
@@ -232,7 +229,6 @@ pub fn audit(
             copy,
             &keys,
             &provider,
-            &scheme,
             &judge,
             &mut seen,
             &mut total_copies,
@@ -366,18 +362,11 @@ fn audit_copy(
     copy: Copy,
     keys: &[VaultRecord],
     provider: &Arc<dyn CryptoProvider>,
-    scheme: &Arc<dyn KeyScheme>,
     judge: &Judge,
     seen: &mut HashSet<u64>,
     total: &mut Counts,
 ) -> Result<CopyReport, Failure> {
-    let recovery = recover(
-        &copy.superblocks,
-        copy.medium,
-        keys,
-        provider.clone(),
-        scheme.clone(),
-    );
+    let recovery = recover(&copy.superblocks, copy.medium, keys, provider.clone());
     let mut counts = Counts {
         unreadable_units: recovery.failures,
         ..Counts::default()

@@ -77,6 +77,9 @@ enum Command {
         /// Unit of encryption and erasure for data: a power of two from 4K to 1M (4K for a block device)
         #[arg(long, value_name = "SIZE", default_value_t = oubli::DEFAULT_CELL_SIZE, value_parser = ui::parse_cell_size)]
         cell_size: u32,
+        /// Where unit keys live: parent-pointer (each key in its parent), keyed-hash-forest (derived from a forest of roots, Lethe), key-storage-area (an array of key positions, DNEFS)
+        #[arg(long, value_name = "SCHEME", default_value = "parent-pointer", value_parser = ui::parse_key_scheme)]
+        key_scheme: u8,
         /// Argon2id memory for the password key, in MiB
         #[arg(long, value_name = "MIB", default_value_t = 64)]
         kdf_memory: u32,
@@ -175,6 +178,11 @@ enum Command {
         /// space is at stake)
         #[arg(long)]
         purge_versions: bool,
+        /// First re-seal the live data under fresh keys, so that a keyed hash
+        /// forest fragmented by deletions shrinks back to few roots (reads and
+        /// rewrites all live data; nothing to do under parent-pointer)
+        #[arg(long)]
+        consolidate_keys: bool,
     },
     /// Try to recover deleted data as an adversary would, and give a verdict (exit 10 on a leak)
     Audit {
@@ -297,10 +305,20 @@ fn run(cli: Cli) -> Result<String, Failure> {
     match cli.command {
         Command::Init {
             cell_size,
+            key_scheme,
             kdf_memory,
             kdf_iterations,
             nand_geometry,
-        } => admin::init(&g, cell_size, kdf_memory, kdf_iterations, nand_geometry),
+        } => admin::init(
+            &g,
+            oubli::CreateOptions {
+                cell_size,
+                key_scheme,
+            },
+            kdf_memory,
+            kdf_iterations,
+            nand_geometry,
+        ),
         Command::Put { name, src, share } => data::put(&g, &name, src.as_deref(), share.as_deref()),
         Command::Get {
             name,
@@ -337,7 +355,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Gc {
             threshold,
             purge_versions,
-        } => admin::gc(&g, threshold, purge_versions),
+            consolidate_keys,
+        } => admin::gc(&g, threshold, purge_versions, consolidate_keys),
         Command::Audit {
             fs: Some(fs),
             export: Some(export),

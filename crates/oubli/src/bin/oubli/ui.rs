@@ -147,6 +147,23 @@ pub fn parse_cell_size(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size(s)?).map_err(|_| format!("cell size {s:?} is too large"))
 }
 
+/// A scheme id's name.
+pub fn key_scheme_name(id: u8) -> &'static str {
+    oubli::crates::crypto::scheme_name(id).unwrap_or("unknown")
+}
+
+/// `--key-scheme`: a scheme's name, as the superblock's id.
+pub fn parse_key_scheme(s: &str) -> Result<u8, String> {
+    oubli::SCHEME_NAMES
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|(_, id)| *id)
+        .ok_or_else(|| {
+            let names: Vec<&str> = oubli::SCHEME_NAMES.iter().map(|(n, _)| *n).collect();
+            format!("unknown key scheme {s:?} (one of: {})", names.join(", "))
+        })
+}
+
 /// The words `status` and `audit` use for a vault that still holds older
 /// keys (a rotation cut between its two steps).
 pub fn erasure_incomplete(epochs: &[u64], why: Option<&str>) -> String {

@@ -46,7 +46,7 @@ def main():
         f"{first['hours']} simulated hours per purge period after filling; "
         f"lifetime at {first['rated_cycles']} cycles per block",
         "",
-        f"{'purge':<8}{'erasures/h':>11}{'commits':>9}{'Hoover %':>10}{'lifetime y':>12}"
+        f"{'scheme':<19}{'purge':<8}{'erasures/h':>11}{'commits':>9}{'Hoover %':>10}{'lifetime y':>12}"
         f"{'MiB/h':>8}   | DNEFS: {'erasures/h':>10}{'ineq %':>8}{'years':>7}",
     ]
     for r in rows:
@@ -54,7 +54,8 @@ def main():
         d = DNEFS.get(m)
         ref = f"{d[0]:>10.1f}{d[1]:>8.1f}{d[2]:>7}" if d else f"{'-':>10}{'-':>8}{'-':>7}"
         lines.append(
-            f"{label(m):<8}{r['erases_per_hour']:>11.1f}{r['commits']:>9}{r['hoover'] * 100:>10.1f}"
+            f"{r.get('scheme', 'parent-pointer'):<19}{label(m):<8}{r['erases_per_hour']:>11.1f}"
+            f"{r['commits']:>9}{r['hoover'] * 100:>10.1f}"
             f"{r['lifetime_years']:>12.0f}{r['written_bytes'] / r['hours'] / 2**20:>8.1f}   |        {ref}"
         )
     lines += [
@@ -68,17 +69,26 @@ def main():
     plt = matplotlib_or_none() if a.png else None
     if plt is None:
         return
-    names = [label(r["purge_minutes"]) for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    xs = range(len(rows))
-    left.bar([x - 0.2 for x in xs], [r["erases_per_hour"] for r in rows], 0.4, label="oubli (simulated NAND)")
-    left.bar([x + 0.2 for x in xs], [DNEFS.get(r["purge_minutes"], (0,))[0] for r in rows], 0.4, label="DNEFS Table 2")
-    left.set_xticks(list(xs), names)
+    schemes = list(dict.fromkeys(r.get("scheme", "parent-pointer") for r in rows))
+    periods = list(dict.fromkeys(r["purge_minutes"] for r in rows))
+    names = [label(m) for m in periods]
+    by = {(r.get("scheme", "parent-pointer"), r["purge_minutes"]): r for r in rows}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    xs = list(range(len(periods)))
+    width = 0.8 / (len(schemes) + 1)
+    for k, scheme in enumerate(schemes):
+        at = [x - 0.4 + width * (k + 0.5) for x in xs]
+        rs = [by.get((scheme, m)) for m in periods]
+        left.bar(at, [r["erases_per_hour"] if r else 0 for r in rs], width, label=scheme)
+        right.bar(at, [r["lifetime_years"] if r else 0 for r in rs], width, label=scheme)
+    at = [x - 0.4 + width * (len(schemes) + 0.5) for x in xs]
+    left.bar(at, [DNEFS.get(m, (0,))[0] for m in periods], width, label="DNEFS Table 2 (UBIFSec)")
+    left.set_xticks(xs, names)
     left.set_ylabel("erasures per hour")
     left.set_xlabel("purge period")
-    left.legend()
-    right.bar(list(xs), [r["lifetime_years"] for r in rows], 0.5)
-    right.set_xticks(list(xs), names)
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    right.set_xticks(xs, names)
     right.set_ylabel(f"projected lifetime, years ({first['rated_cycles']} cycles)")
     right.set_xlabel("purge period")
     fig.suptitle(f"bench/nand at {a.rev}: wear per purge period")

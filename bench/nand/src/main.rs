@@ -33,6 +33,8 @@ usage: oubli-bench-nand [options]
                      first run (as DNEFS: until the file system began
                      garbage collection)                               [400]
   --periods LIST     purge periods in minutes, `none` = no purge      [none,60,30,15,5,1]
+  --schemes LIST     key schemes, each run on every period
+                     [parent-pointer,keyed-hash-forest,key-storage-area]
   --blocks N         erase blocks of the chip (128 KiB each)         [1571]
   --rated-cycles N   program/erase cycles per block, for the lifetime [10000]
   --seed N           workload seed                                   [1]
@@ -42,6 +44,7 @@ struct Config {
     hours: u64,
     warmup_hours: u64,
     periods: Vec<Option<u64>>,
+    schemes: Vec<u8>,
     blocks: u32,
     rated_cycles: u64,
     seed: u64,
@@ -52,6 +55,10 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         hours: 168,
         warmup_hours: 400,
         periods: vec![None, Some(60), Some(30), Some(15), Some(5), Some(1)],
+        schemes: oubli_crypto::SCHEME_NAMES
+            .iter()
+            .map(|&(_, id)| id)
+            .collect(),
         blocks: 1571,
         rated_cycles: RATED_CYCLES,
         seed: 1,
@@ -67,6 +74,18 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
             "--blocks" => c.blocks = number(value()?)? as u32,
             "--seed" => c.seed = number(value()?)?,
             "--rated-cycles" => c.rated_cycles = number(value()?)?.max(1),
+            "--schemes" => {
+                c.schemes = value()?
+                    .split(',')
+                    .map(|name| {
+                        oubli_crypto::SCHEME_NAMES
+                            .iter()
+                            .find(|(n, _)| *n == name.trim())
+                            .map(|&(_, id)| id)
+                            .ok_or_else(|| format!("unknown key scheme {name:?}"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--periods" => {
                 c.periods = value()?
                     .split(',')
@@ -207,7 +226,7 @@ fn geometry(blocks: u32) -> Geometry {
     }
 }
 
-fn run_period(c: &Config, period: Option<u64>) -> BoxResult<Outcome> {
+fn run_period(c: &Config, scheme: u8, period: Option<u64>) -> BoxResult<Outcome> {
     let chip = Arc::new(NandChip::in_memory(geometry(c.blocks), &[], None)?);
     let ubi = Arc::new(Ubi::attach(chip.clone(), UbiConfig::default())?);
     let medium = Arc::new(NandMedium::new(ubi.clone())?);
@@ -223,7 +242,10 @@ fn run_period(c: &Config, period: Option<u64>) -> BoxResult<Outcome> {
             Ok(Arc::new(v))
         },
         // 4 KiB cells: a key per 4 KiB data node, as UBIFSec has.
-        CreateOptions { cell_size: 4096 },
+        CreateOptions {
+            cell_size: 4096,
+            key_scheme: scheme,
+        },
         Options {
             provider,
             // Commits only where this benchmark says (and when the intent
@@ -298,12 +320,17 @@ fn run(c: &Config) -> BoxResult<()> {
          {} simulated hours measured after filling (at most {} h); workload seed {}",
         c.blocks, c.rated_cycles, c.hours, c.warmup_hours, c.seed
     );
-    for &period in &c.periods {
+    for (&scheme, &period) in c
+        .schemes
+        .iter()
+        .flat_map(|s| c.periods.iter().map(move |p| (s, p)))
+    {
+        let name = oubli_crypto::scheme_name(scheme).unwrap_or("?");
         let label = period.map_or("none".to_string(), |m| format!("{m} min"));
         let started = std::time::Instant::now();
-        let o = run_period(c, period)?;
+        let o = run_period(c, scheme, period)?;
         println!(
-            "# purge {label}: {:.1} erasures/h ({} in {} h), {} commits, {} cleaner runs, \
+            "# {name}, purge {label}: {:.1} erasures/h ({} in {} h), {} commits, {} cleaner runs, \
              Hoover {:.1} %, lifetime {:.0} years; workload wrote {:.1} MiB/h, deleted {} files; \
              filled for {:.0} h ({:.1} s of real time)",
             o.erases_per_hour,
@@ -319,7 +346,7 @@ fn run(c: &Config) -> BoxResult<()> {
             started.elapsed().as_secs_f64()
         );
         println!(
-            "{{\"bench\":\"nand_wear\",\"purge_minutes\":{},\"hours\":{},\"erases\":{},\"erases_per_hour\":{:.3},\
+            "{{\"bench\":\"nand_wear\",\"scheme\":\"{name}\",\"purge_minutes\":{},\"hours\":{},\"erases\":{},\"erases_per_hour\":{:.3},\
              \"commits\":{},\"cleaner_runs\":{},\"hoover\":{:.5},\"lifetime_years\":{:.1},\"written_bytes\":{},\
              \"deleted_files\":{},\"warmup_hours\":{:.1},\"blocks\":{},\"rated_cycles\":{}}}",
             period.map_or("null".to_string(), |m| m.to_string()),

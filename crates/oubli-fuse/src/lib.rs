@@ -360,6 +360,13 @@ impl Session {
         if let Some(t) = self.thread.take() {
             match t.join() {
                 Ok(Ok(())) => {}
+                // The connection's end, like the ENODEV that fuser already
+                // takes as one. On Linux 6.18 about one unmount in fifteen
+                // ends one of the request loops with ECONNABORTED instead
+                // (seen in the stress test). It is not a failure of the file
+                // system: every request was answered or failed to its
+                // caller, and the session still ends with its commit.
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
                 Ok(Err(e)) => {
                     if result.is_ok() {
                         result = Err(Error::Mount(e));

@@ -120,6 +120,24 @@ impl Value {
             Value::Share(_) => KIND_SHARE,
         }
     }
+    /// Heap bytes the decoded value owns beyond its slot in a node's vector.
+    fn heap_bytes(&self) -> usize {
+        fn vec_bytes<T>(v: &Vec<T>) -> usize {
+            match v.capacity() {
+                0 => 0,
+                n => n * std::mem::size_of::<T>() + ALLOC_OVERHEAD,
+            }
+        }
+        match self {
+            Value::Object(r) => vec_bytes(&r.meta),
+            Value::Cell(c) => vec_bytes(&c.holes),
+            Value::Names(b) => {
+                vec_bytes(&b.entries) + b.entries.iter().map(|(n, _)| vec_bytes(n)).sum::<usize>()
+            }
+            Value::Share(_) => 0,
+        }
+    }
+
     fn approx_size(&self) -> usize {
         match self {
             Value::Object(r) => 12 + r.meta.len(),
@@ -143,6 +161,9 @@ pub enum Node {
     Inner(u8, Vec<(Key, Child)>),
 }
 
+/// What the allocator adds to each heap allocation (glibc: 16 bytes).
+const ALLOC_OVERHEAD: usize = 16;
+
 const ENTRY_KEY_MAX: usize = 20;
 const CHILD_SIZE: usize = ENTRY_KEY_MAX + 10 + 5 + 32;
 
@@ -153,6 +174,24 @@ impl Node {
             Node::Inner(level, _) => *level,
         }
     }
+    /// Bytes of memory the decoded node takes: what the node cache counts
+    /// against its limit. A decoded node is several times its sealed size
+    /// (a fixed-size slot per entry, separate allocations for names and
+    /// metadata), so counting sealed bytes let the cache hold about seven
+    /// times its limit.
+    pub fn mem_bytes(&self) -> usize {
+        use std::mem::size_of;
+        ALLOC_OVERHEAD
+            + size_of::<Node>()
+            + match self {
+                Node::Leaf(entries) => {
+                    entries.capacity() * size_of::<(Key, Value)>()
+                        + entries.iter().map(|(_, v)| v.heap_bytes()).sum::<usize>()
+                }
+                Node::Inner(_, children) => children.capacity() * size_of::<(Key, Child)>(),
+            }
+    }
+
     fn approx_size(&self) -> usize {
         match self {
             Node::Leaf(entries) => {
@@ -181,6 +220,10 @@ pub trait NodeSource {
 #[derive(Clone, Debug, Default)]
 pub struct Tree {
     pub root: Option<(Child, u8)>,
+    /// Nodes made in memory (copied from the medium or new) since the last
+    /// [`Tree::persist`]: an upper bound on the changed nodes, which tells
+    /// the engine when to measure their memory again.
+    dirty_nodes: usize,
 }
 
 fn child_node(child: &Child, level: u8, src: &dyn NodeSource) -> Result<Arc<Node>> {
@@ -293,10 +336,15 @@ impl Tree {
     ) -> Result<Option<Value>> {
         let Some((root, level)) = &mut self.root else {
             self.root = Some((Child::Mem(Arc::new(Node::Leaf(vec![(key, value)]))), 0));
+            self.dirty_nodes += 1;
             return Ok(None);
         };
-        let (old, split_off) = insert_rec(root, *level, key, value, src, freed)?;
+        let copied = freed.len();
+        let mut splits = 0;
+        let (old, split_off) = insert_rec(root, *level, key, value, src, freed, &mut splits)?;
+        self.dirty_nodes += freed.len() - copied + splits;
         if let Some((sep, right)) = split_off {
+            self.dirty_nodes += 2;
             let left = std::mem::replace(root, Child::Mem(Arc::new(Node::Leaf(Vec::new()))));
             *root = Child::Mem(Arc::new(Node::Inner(
                 *level + 1,
@@ -318,9 +366,11 @@ impl Tree {
         if self.root.is_none() || self.get(key, src)?.is_none() {
             return Ok(None);
         }
+        let copied = freed.len();
         let (root, level) = self.root.as_mut().expect("checked above");
         let old = remove_rec(root, *level, key, src, freed)?;
         self.collapse(src, freed)?;
+        self.dirty_nodes += freed.len() - copied;
         Ok(old)
     }
 
@@ -350,6 +400,35 @@ impl Tree {
         }
     }
 
+    /// The tree whose root is `root` on the medium (or an empty tree).
+    pub fn on_medium(root: Option<(NodePtr, u8)>) -> Tree {
+        Tree {
+            root: root.map(|(ptr, level)| (Child::Disk(ptr), level)),
+            dirty_nodes: 0,
+        }
+    }
+
+    /// Nodes made in memory since the last persist (an upper bound).
+    pub fn dirty_nodes(&self) -> usize {
+        self.dirty_nodes
+    }
+
+    /// Memory held by the nodes changed since the last persist (the
+    /// in-memory ones; clean nodes are the cache's).
+    pub fn dirty_mem_bytes(&self) -> usize {
+        fn of(child: &Child) -> usize {
+            let Child::Mem(node) = child else {
+                return 0;
+            };
+            node.mem_bytes()
+                + match &**node {
+                    Node::Inner(_, children) => children.iter().map(|(_, c)| of(c)).sum(),
+                    Node::Leaf(_) => 0,
+                }
+        }
+        self.root.as_ref().map_or(0, |(root, _)| of(root))
+    }
+
     /// Writes every in-memory node, children first, through `sink` (which
     /// seals it under a fresh key and returns its pointer); afterwards the
     /// whole tree is clean. Returns the root pointer and level.
@@ -361,6 +440,7 @@ impl Tree {
             return Ok(None);
         };
         persist_rec(root, sink)?;
+        self.dirty_nodes = 0;
         match root {
             Child::Disk(ptr) => Ok(Some((ptr.clone(), *level))),
             Child::Mem(_) => unreachable!("persisted"),
@@ -392,7 +472,9 @@ impl Tree {
         rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
     ) -> Result<()> {
         if let Some((root, level)) = &mut self.root {
+            let copied = freed.len();
             rewrite_rec(root, *level, src, freed, rewrite_node, rewrite_value)?;
+            self.dirty_nodes += freed.len() - copied;
         }
         Ok(())
     }
@@ -440,6 +522,7 @@ fn insert_rec(
     value: Value,
     src: &dyn NodeSource,
     freed: &mut Vec<NodePtr>,
+    splits: &mut usize,
 ) -> Result<(Option<Value>, Split)> {
     let node = make_mut(child, level, src, freed)?;
     let old = match node {
@@ -452,9 +535,17 @@ fn insert_rec(
         },
         Node::Inner(level, children) => {
             let i = child_index(children, &key);
-            let (old, split_off) =
-                insert_rec(&mut children[i].1, *level - 1, key, value, src, freed)?;
+            let (old, split_off) = insert_rec(
+                &mut children[i].1,
+                *level - 1,
+                key,
+                value,
+                src,
+                freed,
+                splits,
+            )?;
             if let Some((sep, right)) = split_off {
+                *splits += 1;
                 children.insert(i + 1, (sep, Child::Mem(Arc::new(right))));
             }
             old
@@ -878,4 +969,32 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
 /// Bytes a cell entry takes in a leaf in the common sequential case (for the overhead report).
 pub fn cell_entry_len(c: &CellRef) -> usize {
     1 + varint_len(c.start as u64) + varint_len(c.len as u64) + 32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decoded_node_is_counted_by_its_memory_not_its_sealed_size() {
+        // A leaf of object records, as a store of small files holds.
+        let entries = (0..300)
+            .map(|oid| {
+                let record = ObjectRecord {
+                    size: 100,
+                    meta: b"file".to_vec(),
+                };
+                (Key::new(oid, KIND_OBJECT, 0), Value::Object(record))
+            })
+            .collect();
+        let encoded = encode_node(&Node::Leaf(entries));
+        let decoded = decode_node(&encoded).unwrap();
+        let mem = decoded.mem_bytes();
+        // What the node cache counted before: it held several times its limit.
+        assert!(
+            mem > 4 * encoded.len(),
+            "{mem} bytes in memory, {} sealed",
+            encoded.len()
+        );
+    }
 }

@@ -26,7 +26,8 @@ pub(crate) struct NodeCache {
 }
 
 impl NodeCache {
-    /// An empty cache holding at most `limit` bytes of decrypted nodes.
+    /// An empty cache holding at most `limit` bytes of memory in decrypted
+    /// nodes (as [`Node::mem_bytes`] counts them).
     pub(crate) fn with_limit(limit: usize) -> NodeCache {
         NodeCache {
             limit,
@@ -158,9 +159,8 @@ impl NodeSource for Ctx {
             return Err(Error::Corrupt(what()));
         }
         let node = Arc::new(node);
-        self.cache
-            .borrow_mut()
-            .insert(ptr.addr, node.clone(), ptr.len as usize);
+        let mem = node.mem_bytes();
+        self.cache.borrow_mut().insert(ptr.addr, node.clone(), mem);
         Ok(node)
     }
 }

@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// Nodes made in memory before their memory is first measured.
+const DIRTY_NODES_FIRST_MEASURE: usize = 64;
+/// Changes waiting for the intent log above which the store flushes by
+/// itself (each holds up to a few hundred bytes: a cell reference, an
+/// object record or a bucket of names).
+const PENDING_OPS_MAX: usize = 1 << 16;
+
 impl Store {
     /// Makes every write so far durable (intent log), without ending the epoch.
     pub fn flush(&self) -> Result<()> {
@@ -49,6 +56,12 @@ impl Store {
     /// After a change: runs the epoch policy, committing with the lock
     /// released across the I/O (as [`commit`](Self::commit)) when it is due.
     pub(super) fn settle(&self, mut e: MutexGuard<'_, Engine>) {
+        if e.pending.len() > PENDING_OPS_MAX && !e.committing {
+            // Bounds the memory of the changes waiting for the intent log:
+            // logging them early only makes them durable sooner. A failure
+            // poisons the store, which the next change reports.
+            let _ = e.flush();
+        }
         if !e.commit_due() {
             return;
         }
@@ -333,6 +346,9 @@ impl Engine {
                 self.last_commit_error = Some(e.to_string());
             }
         }
+        if self.dirty_tree_over_cap() {
+            return true;
+        }
         let p = &self.policy;
         let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
         p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
@@ -340,6 +356,26 @@ impl Engine {
             || (changed
                 && p.interval
                     .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()))
+    }
+
+    /// True when the tree nodes changed since the last commit hold more
+    /// memory than [`Options::dirty_tree_bytes`]. Measuring walks them, so
+    /// it is done each time their count has grown by a quarter (at least
+    /// [`DIRTY_NODES_FIRST_MEASURE`]): the walks cost O(1) per node made,
+    /// and the cap is overshot by about a quarter at most.
+    fn dirty_tree_over_cap(&mut self) -> bool {
+        let nodes = self.tree.dirty_nodes();
+        if nodes < self.dirty_nodes_measured {
+            // A commit wrote them out since.
+            self.dirty_nodes_measured = 0;
+        }
+        let next = (self.dirty_nodes_measured + self.dirty_nodes_measured / 4)
+            .max(DIRTY_NODES_FIRST_MEASURE);
+        if nodes < next {
+            return false;
+        }
+        self.dirty_nodes_measured = nodes;
+        self.tree.dirty_mem_bytes() > self.dirty_tree_cap
     }
 
     /// Records how a commit the policy asked for went; cleans after success.

@@ -32,7 +32,7 @@ use crate::log::{self, LogFormat, LogKeys, LogPlace, Op};
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
-    addr, addr_offset, addr_segment, encode_node, CellRef, Child, Key, NameBucket, Node, NodePtr,
+    addr, addr_offset, addr_segment, encode_node, CellRef, Key, NameBucket, Node, NodePtr,
     ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
 };
 use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
@@ -54,6 +54,10 @@ pub const DEFAULT_CELL_SIZE: u32 = 32 * 1024;
 const DATA_SEGMENT_TARGET: u64 = 64 << 20;
 /// Buffered (not yet sealed) data above which the buffer is written out.
 const WRITE_BUFFER_MAX: usize = 32 << 20;
+/// Memory a buffered cell takes beyond its bytes (its map entry, its
+/// allocations): counted against [`WRITE_BUFFER_MAX`], so that a buffer of
+/// many tiny files is bounded too.
+const DIRTY_CELL_OVERHEAD: usize = 256;
 
 /// When an epoch ends on its own. `None` disables a trigger; `purge`/`commit` always work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +95,14 @@ pub struct Options {
     pub policy: EpochPolicy,
     /// Open without writing anything: no recovery commit, mutations refused.
     pub read_only: bool,
-    /// Bytes of decrypted tree nodes kept in memory.
+    /// Memory for clean decrypted tree nodes (as `Node::mem_bytes` counts it).
     pub node_cache_bytes: usize,
+    /// Memory that the tree nodes changed since the last commit may hold
+    /// before the store commits by itself, whatever the epoch policy (a
+    /// commit writes them out; erasing earlier is never a loss). With the
+    /// node cache and the write buffer, it bounds the engine's memory
+    /// (DESIGN §10, "Memory").
+    pub dirty_tree_bytes: usize,
     /// What to do when the vault cannot take a commit.
     pub vault_failure: VaultFailurePolicy,
     /// When the store reclaims space by itself.
@@ -158,6 +168,7 @@ impl Default for Options {
             policy: EpochPolicy::default(),
             read_only: false,
             node_cache_bytes: 64 << 20,
+            dirty_tree_bytes: 64 << 20,
             vault_failure: VaultFailurePolicy::default(),
             cleaner: CleanerPolicy::default(),
         }
@@ -282,6 +293,10 @@ struct Engine {
     doomed_segments: Vec<SegmentId>,
     vault_failure: VaultFailurePolicy,
     cleaner: CleanerPolicy,
+    /// [`Options::dirty_tree_bytes`].
+    dirty_tree_cap: usize,
+    /// [`Tree::dirty_nodes`] when the changed nodes' memory was last measured.
+    dirty_nodes_measured: usize,
     /// Under [`VaultFailurePolicy::RefuseWrites`]: why and since when the
     /// vault could not take a commit.
     vault_down: Option<(String, std::time::Instant)>,
@@ -392,6 +407,7 @@ impl Store {
             },
             true,
         )?;
+        self.settle(e);
         Ok(oid)
     }
 
@@ -416,7 +432,9 @@ impl Store {
         let mut record = e.record(oid)?;
         record.meta = meta.to_vec();
         e.size_dirty.remove(&oid);
-        e.apply(Op::SetObject { oid, record }, true)
+        e.apply(Op::SetObject { oid, record }, true)?;
+        self.settle(e);
+        Ok(())
     }
 
     /// Replaces the epoch policy of an open store.

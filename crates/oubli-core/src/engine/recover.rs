@@ -173,12 +173,7 @@ impl Store {
             cache: RefCell::new(NodeCache::with_limit(options.node_cache_bytes)),
             io_guard: Arc::new(RwLock::new(())),
         };
-        let tree = Tree {
-            root: body
-                .root
-                .clone()
-                .map(|(ptr, level)| (Child::Disk(ptr), level)),
-        };
+        let tree = Tree::on_medium(body.root.clone());
         let mut engine = Engine::new(ctx, vault, record, slot, body.cell_size, tree);
         engine.next_oid = body.next_oid;
         engine.next_segment = next_segment;
@@ -191,6 +186,7 @@ impl Store {
         engine.read_only = options.read_only;
         engine.vault_failure = options.vault_failure;
         engine.cleaner = options.cleaner;
+        engine.dirty_tree_cap = options.dirty_tree_bytes;
         if let Some(catalog) = &body.catalog {
             engine.load_catalog(catalog)?;
         }
@@ -276,6 +272,8 @@ impl Engine {
             doomed_segments: Vec::new(),
             vault_failure: VaultFailurePolicy::default(),
             cleaner: CleanerPolicy::default(),
+            dirty_tree_cap: Options::default().dirty_tree_bytes,
+            dirty_nodes_measured: 0,
             vault_down: None,
             snapshots: BTreeMap::new(),
             catalog_unit: None,

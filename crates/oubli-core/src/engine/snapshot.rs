@@ -14,12 +14,7 @@ pub(super) struct Snapshot {
 
 impl Snapshot {
     pub(super) fn new(record: SnapshotRecord) -> Snapshot {
-        let tree = Tree {
-            root: record
-                .root
-                .clone()
-                .map(|(ptr, level)| (Child::Disk(ptr), level)),
-        };
+        let tree = Tree::on_medium(record.root.clone());
         Snapshot { record, tree }
     }
 }
@@ -304,7 +299,7 @@ impl Engine {
             self.ctx
                 .cache
                 .borrow_mut()
-                .insert(at, node.clone(), bytes.len());
+                .insert(at, node.clone(), node.mem_bytes());
             Ok(NodePtr {
                 addr: at,
                 len: bytes.len() as u32,

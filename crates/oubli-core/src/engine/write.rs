@@ -410,7 +410,7 @@ impl Engine {
             self.size_dirty.insert(oid, self.size_stamp);
         }
         self.stats.bytes_written += data.len() as u64;
-        if self.dirty_bytes > WRITE_BUFFER_MAX {
+        if self.dirty_bytes + self.dirty.len() * DIRTY_CELL_OVERHEAD > WRITE_BUFFER_MAX {
             self.write_out_all()?;
         }
         Ok(())

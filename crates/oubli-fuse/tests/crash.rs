@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use oubli_core::{CreateOptions, Options, Store};
+use oubli_core::{Options, Store};
 use oubli_crypto::{RingProvider, SecretBytes};
 use oubli_media::{DirMedium, SplitMix64};
 use oubli_vault::{FileVault, KdfParams};
@@ -171,7 +171,7 @@ fn create_store(dir: &Path, s3: &S3) {
             )
             .map_err(Into::into)
         },
-        CreateOptions::default(),
+        oubli_testkit::harness::front_end_create_options(),
         Options {
             provider: provider.clone(),
             ..store_options()

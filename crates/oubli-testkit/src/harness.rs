@@ -40,6 +40,27 @@ pub fn scheme_name(scheme: u8) -> &'static str {
     oubli_crypto::scheme_name(scheme).expect("a known key scheme")
 }
 
+/// The store parameters of the front-end suites (mount, block device): the
+/// defaults, on the key scheme named by `OUBLI_TEST_KEY_SCHEME` (a name
+/// `oubli init --key-scheme` takes; parent-pointer when unset).
+/// scripts/test runs those suites once more on each other scheme.
+pub fn front_end_create_options() -> CreateOptions {
+    let key_scheme = match std::env::var("OUBLI_TEST_KEY_SCHEME") {
+        Err(_) => SCHEME_PARENT_POINTER,
+        Ok(name) => {
+            oubli_crypto::SCHEME_NAMES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("OUBLI_TEST_KEY_SCHEME={name}: not a key scheme"))
+                .1
+        }
+    };
+    CreateOptions {
+        key_scheme,
+        ..CreateOptions::default()
+    }
+}
+
 fn create_options(scheme: u8) -> CreateOptions {
     CreateOptions {
         cell_size: TEST_CELL,

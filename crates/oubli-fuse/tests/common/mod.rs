@@ -1,7 +1,7 @@
 //! Shared by the mount tests: FUSE availability, stores on memory or recording media, mounting in a temporary directory, errno helpers.
 #![allow(dead_code)]
 
-use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store};
+use oubli_core::{EpochPolicy, Medium, Options, Store};
 use oubli_fuse::{MountOptions, Session};
 use oubli_vault::MemoryVault;
 use std::io;
@@ -48,7 +48,7 @@ pub fn store_on(medium: Arc<dyn Medium>, options: Options) -> Arc<Store> {
         Store::create(
             medium,
             |r| Ok(MemoryVault::new(r.clone())),
-            CreateOptions::default(),
+            oubli_testkit::harness::front_end_create_options(),
             options,
         )
         .expect("create store"),

@@ -1,7 +1,7 @@
 //! Shared fixtures of the NBD tests: a store in a tempdir served on a Unix socket, external tools with timeouts, a raw protocol client.
 #![allow(dead_code)]
 
-use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store};
+use oubli_core::{EpochPolicy, Medium, Options, Store};
 use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes};
 use oubli_media::DirMedium;
 use oubli_nbd::proto::*;
@@ -158,7 +158,7 @@ pub fn dir_store(dir: &Path) -> Arc<Store> {
             )
             .map_err(oubli_core::Error::from)
         },
-        CreateOptions::default(),
+        oubli_testkit::harness::front_end_create_options(),
         Options {
             provider: provider.clone(),
             ..manual()
@@ -195,7 +195,7 @@ pub fn store_on(medium: Arc<dyn Medium>, options: &Options) -> (Arc<Store>, Arc<
             vault = Some(v.clone());
             Ok(v)
         },
-        CreateOptions::default(),
+        oubli_testkit::harness::front_end_create_options(),
         options.clone(),
     )
     .expect("create store");

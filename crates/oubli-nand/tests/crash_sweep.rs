@@ -8,9 +8,9 @@ use oubli_testkit::{harness, nand};
 
 /// Program/erase operations of the workload after the store was created,
 /// and how many erase blocks of segments it erased.
-fn count_ops(seed: u64, workload: &Workload) -> (u64, usize) {
+fn count_ops(seed: u64, workload: &Workload, scheme: u8) -> (u64, usize) {
     let options = harness::options(seed);
-    let s = nand::create(&options);
+    let s = nand::create_with(&options, scheme);
     let start = s.ubi.chip().ops();
     let mut runner = Runner::default();
     for step in &workload.steps {
@@ -29,9 +29,9 @@ fn count_ops(seed: u64, workload: &Workload) -> (u64, usize) {
 
 /// Runs the workload cut at operation `point` (torn after `torn` raw
 /// bytes if given); returns whether the cut struck.
-fn cut_at(seed: u64, workload: &Workload, point: u64, torn: Option<usize>) -> bool {
+fn cut_at(seed: u64, workload: &Workload, scheme: u8, point: u64, torn: Option<usize>) -> bool {
     let options = harness::options(seed);
-    let s = nand::create(&options);
+    let s = nand::create_with(&options, scheme);
     let chip = s.ubi.chip().clone();
     chip.arm_cut(chip.ops() + point, torn);
     let mut runner = Runner::default();
@@ -75,11 +75,11 @@ fn cut_at(seed: u64, workload: &Workload, point: u64, torn: Option<usize>) -> bo
     true
 }
 
-/// Cuts at every program and erase of `workload` (every `OUBLI_NAND_SWEEP_STEP`th
-/// one if set), each once whole and once torn (half a page or more, its
-/// OOB missing — the page fails its checksums).
-fn sweep(seed: u64, workload: Workload) -> usize {
-    let (ops, erased_segment_blocks) = count_ops(seed, &workload);
+/// Cuts at every program and erase of `workload` on a store of `scheme`
+/// (every `OUBLI_NAND_SWEEP_STEP`th one if set), each once whole and once
+/// torn (half a page or more, its OOB missing — the page fails its checksums).
+fn sweep(seed: u64, workload: Workload, scheme: u8) -> usize {
+    let (ops, erased_segment_blocks) = count_ops(seed, &workload, scheme);
     let step: u64 = std::env::var("OUBLI_NAND_SWEEP_STEP")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -87,14 +87,15 @@ fn sweep(seed: u64, workload: Workload) -> usize {
     let mut struck = 0;
     for point in (0..ops).step_by(step as usize) {
         for torn in [None, Some(1024 + (point as usize % 1000))] {
-            if cut_at(seed, &workload, point, torn) {
+            if cut_at(seed, &workload, scheme, point, torn) {
                 struck += 1;
             }
         }
     }
     println!(
-        "nand crash sweep (seed {seed}): {ops} program/erase points, {struck} cuts struck, \
-         {erased_segment_blocks} segment blocks erased"
+        "nand crash sweep (seed {seed}, {}): {ops} program/erase points, {struck} cuts struck, \
+         {erased_segment_blocks} segment blocks erased",
+        harness::scheme_name(scheme)
     );
     assert!(
         struck >= 2 * ops.div_ceil(step),
@@ -105,13 +106,19 @@ fn sweep(seed: u64, workload: Workload) -> usize {
 
 #[test]
 fn every_cut_reopens_keeps_acknowledged_writes_and_leaks_nothing() {
-    sweep(41, Workload::generate(41, 240, 24 * 1024, 12));
+    for scheme in harness::SCHEMES {
+        sweep(41, Workload::generate(41, 240, 24 * 1024, 12), scheme);
+    }
 }
 
 /// Larger objects: segments span several erase blocks, rotate, and the
 /// cleaner moves live cells and deletes (erases) whole segments.
 #[test]
 fn every_cut_with_segment_rotation_and_cleaning() {
-    let erased = sweep(42, Workload::generate(42, 160, 160 * 1024, 16));
+    let erased = sweep(
+        42,
+        Workload::generate(42, 160, 160 * 1024, 16),
+        harness::SCHEMES[0],
+    );
     assert!(erased > 0, "the workload must delete segments");
 }

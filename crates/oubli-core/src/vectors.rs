@@ -16,7 +16,11 @@ use crate::tree::{
     encode_node, CellRef, Key, Node, NodePtr, ObjectRecord, Value, KIND_CELL, KIND_OBJECT,
 };
 use crate::unit::{cell_aad, node_aad};
-use oubli_crypto::{CryptoProvider, KeyRef, RingProvider, SecretKey};
+use oubli_crypto::{
+    load_scheme, CryptoProvider, DeterministicProvider, KeyRef, KeyScheme, KeyStorageArea,
+    KeyedHashForest, RingProvider, SecretKey, SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA,
+};
+use std::sync::Arc;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -141,7 +145,121 @@ fn compute() -> Vec<(&'static str, String)> {
         "log-tally",
         hex(&seal_tally_with_salt(&keys, 1, 80, [0x44; 16])),
     ));
+    scheme_vectors(&p, &key, &store_id, &mut out);
     out
+}
+
+/// The deterministic (INSECURE) provider the key-scheme vectors draw their
+/// random keys from: a scheme's state holds keys, so it must be reproducible.
+fn scheme_provider() -> Arc<dyn CryptoProvider> {
+    Arc::new(DeterministicProvider::new(7))
+}
+
+/// Leaves 0..6 of a keyed hash forest, then every leaf but 0, 2 and 5
+/// revoked (deletion by addition); its journal record, committed state and
+/// the key of leaf 2 (Lethe's derivation down the tree).
+fn forest() -> (KeyedHashForest, Vec<KeyRef>) {
+    let provider = scheme_provider();
+    let forest = KeyedHashForest::new(provider.clone());
+    let refs: Vec<KeyRef> = (0..6).map(|_| forest.allocate(&*provider).1).collect();
+    forest
+        .sweep(&[refs[0].clone(), refs[2].clone(), refs[5].clone()])
+        .unwrap();
+    (forest, refs)
+}
+
+/// Positions 0..5 of a key storage area, then all but 1 and 3 freed (the purge).
+fn key_area() -> (KeyStorageArea, Vec<KeyRef>) {
+    let provider = scheme_provider();
+    let area = KeyStorageArea::default();
+    let refs: Vec<KeyRef> = (0..5).map(|_| area.allocate(&*provider).1).collect();
+    area.sweep(&[refs[1].clone(), refs[3].clone()]).unwrap();
+    (area, refs)
+}
+
+/// Key schemes (issue 11): the states a superblock names, sealed in chunks
+/// under keys derived from the epoch key, the forest's journal record in a
+/// log frame (op 13), and a superblock that names a scheme state.
+fn scheme_vectors(
+    p: &RingProvider,
+    key: &SecretKey,
+    store_id: &[u8; 16],
+    out: &mut Vec<(&'static str, String)>,
+) {
+    let (forest, refs) = forest();
+    let journal = forest.journal();
+    assert_eq!(journal.len(), 1, "one tree started");
+    out.push(("khf-journal-record", hex(&journal[0])));
+    let khf_state = forest.commit_state().expect("a forest has state");
+    out.push(("khf-state", hex(&khf_state)));
+    out.push((
+        "khf-leaf-2-key",
+        hex(forest.resolve(&refs[2]).unwrap().expose()),
+    ));
+    let (area, refs) = key_area();
+    out.push((
+        "ksa-state",
+        hex(&area.commit_state().expect("an area has state")),
+    ));
+    out.push((
+        "ksa-position-3-key",
+        hex(area.resolve(&refs[3]).unwrap().expose()),
+    ));
+
+    // The forest's state sealed for epoch 9 in chunks of 64 bytes (the
+    // salt comes from the deterministic provider), units concatenated.
+    let mut units = Vec::new();
+    let written = crate::scheme_state::write(
+        &*scheme_provider(),
+        key,
+        store_id,
+        9,
+        &khf_state,
+        64,
+        &mut |sealed| {
+            units.extend_from_slice(sealed);
+            Ok((7 << 32) | units.len() as u64)
+        },
+    )
+    .unwrap();
+    out.push(("scheme-state-units", hex(&units)));
+    let header = Header {
+        version: FORMAT_VERSION,
+        store_id: *store_id,
+        epoch: 9,
+    };
+    let body = Body {
+        cell_size: 4096,
+        root: None,
+        next_oid: 2,
+        next_segment: 8,
+        log_segment: 4,
+        log_tally: Some(5),
+        live_bytes: 1234,
+        committed_at: 1_700_000_000,
+        catalog: None,
+        key_scheme: SCHEME_KEYED_HASH_FOREST,
+        scheme_state: Some(written.index),
+    };
+    out.push((
+        "superblock-khf",
+        hex(&superblock::seal(p, key, &header, &body)),
+    ));
+    let keys = LogKeys {
+        provider: p,
+        epoch_key: key,
+        store_id,
+        epoch: 9,
+    };
+    out.push((
+        "log-frame-scheme",
+        hex(&seal_frame_with_salt(
+            &keys,
+            2,
+            &[Op::Scheme(journal[0].clone())],
+            [0x66; 16],
+        )),
+    ));
 }
 
 /// The snapshot the table and log vectors hold.
@@ -420,6 +538,44 @@ fn format_2_vectors_still_open() {
     );
     assert!(read.damage.is_none(), "{:?}", read.damage);
     assert_eq!(read.batches, vec![v1_ops()]);
+}
+
+/// The pinned scheme states still load: kept keys resolve to the pinned
+/// ones, revoked or freed ones do not resolve at all.
+#[test]
+fn pinned_scheme_states_still_open() {
+    let v: std::collections::HashMap<String, String> = pinned("v4.txt").into_iter().collect();
+    let (_, forest_refs) = forest();
+    let forest = load_scheme(
+        SCHEME_KEYED_HASH_FOREST,
+        Some(&unhex(&v["khf-state"])),
+        scheme_provider(),
+    )
+    .unwrap();
+    assert_eq!(
+        hex(forest.resolve(&forest_refs[2]).unwrap().expose()),
+        v["khf-leaf-2-key"]
+    );
+    for revoked in [1, 3, 4] {
+        assert!(
+            forest.resolve(&forest_refs[revoked]).is_err(),
+            "leaf {revoked}"
+        );
+    }
+    let (_, area_refs) = key_area();
+    let area = load_scheme(
+        SCHEME_KEY_STORAGE_AREA,
+        Some(&unhex(&v["ksa-state"])),
+        scheme_provider(),
+    )
+    .unwrap();
+    assert_eq!(
+        hex(area.resolve(&area_refs[3]).unwrap().expose()),
+        v["ksa-position-3-key"]
+    );
+    for freed in [0, 2, 4] {
+        assert!(area.resolve(&area_refs[freed]).is_err(), "position {freed}");
+    }
 }
 
 #[test]

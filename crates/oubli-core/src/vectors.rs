@@ -545,37 +545,33 @@ fn format_2_vectors_still_open() {
 #[test]
 fn pinned_scheme_states_still_open() {
     let v: std::collections::HashMap<String, String> = pinned("v4.txt").into_iter().collect();
-    let (_, forest_refs) = forest();
-    let forest = load_scheme(
+    let check = |scheme: u8, state: &str, refs: &[KeyRef], kept: (usize, &str), gone: &[usize]| {
+        let loaded = load_scheme(scheme, Some(&unhex(&v[state])), scheme_provider()).unwrap();
+        let key = loaded.resolve(&refs[kept.0]).unwrap();
+        assert_eq!(hex(key.expose()), v[kept.1], "{state}: key {}", kept.0);
+        for &i in gone {
+            assert!(
+                loaded.resolve(&refs[i]).is_err(),
+                "{state}: key {i} resolves"
+            );
+        }
+    };
+    let (_, refs) = forest();
+    check(
         SCHEME_KEYED_HASH_FOREST,
-        Some(&unhex(&v["khf-state"])),
-        scheme_provider(),
-    )
-    .unwrap();
-    assert_eq!(
-        hex(forest.resolve(&forest_refs[2]).unwrap().expose()),
-        v["khf-leaf-2-key"]
+        "khf-state",
+        &refs,
+        (2, "khf-leaf-2-key"),
+        &[1, 3, 4],
     );
-    for revoked in [1, 3, 4] {
-        assert!(
-            forest.resolve(&forest_refs[revoked]).is_err(),
-            "leaf {revoked}"
-        );
-    }
-    let (_, area_refs) = key_area();
-    let area = load_scheme(
+    let (_, refs) = key_area();
+    check(
         SCHEME_KEY_STORAGE_AREA,
-        Some(&unhex(&v["ksa-state"])),
-        scheme_provider(),
-    )
-    .unwrap();
-    assert_eq!(
-        hex(area.resolve(&area_refs[3]).unwrap().expose()),
-        v["ksa-position-3-key"]
+        "ksa-state",
+        &refs,
+        (3, "ksa-position-3-key"),
+        &[0, 2, 4],
     );
-    for freed in [0, 2, 4] {
-        assert!(area.resolve(&area_refs[freed]).is_err(), "position {freed}");
-    }
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Holes inside a cell: punched and never-written ranges are not data (extents), read as zeros, and survive a flush, a crash and a commit.
 
-use oubli_core::{CreateOptions, EpochPolicy, Options, Store, DEFAULT_CELL_SIZE};
+mod common;
+
+use common::options;
+use oubli_core::{CreateOptions, Store, DEFAULT_CELL_SIZE};
 use oubli_media::MemMedium;
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
@@ -12,31 +15,12 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> (Fixture, Store) {
-        let medium = Arc::new(MemMedium::new());
-        let vault = Arc::new(MemoryVault::empty());
-        let v = vault.clone();
-        let store = Store::create(
-            medium.clone(),
-            move |r| {
-                oubli_core::Vault::store(&*v, r)?;
-                Ok(v)
-            },
-            CreateOptions::default(),
-            options(),
-        )
-        .unwrap();
+        let (store, medium, vault) = common::store_with_parts(CreateOptions::default(), options());
         (Fixture { medium, vault }, store)
     }
 
     fn reopen(&self) -> Store {
         Store::open(self.medium.clone(), self.vault.clone(), options()).unwrap()
-    }
-}
-
-fn options() -> Options {
-    Options {
-        policy: EpochPolicy::manual(),
-        ..Options::default()
     }
 }
 

@@ -1,33 +1,21 @@
 //! The engine's memory between commits is bounded: changed tree nodes past `Options::dirty_tree_bytes` make the store commit, and changes waiting for the intent log are logged by themselves.
 
-use oubli_core::{CreateOptions, EpochPolicy, Options, Store, ROOT_DIR};
+mod common;
+
+use oubli_core::{CreateOptions, Options, Store, ROOT_DIR};
 use oubli_media::{MemMedium, TearMode};
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
 
 /// A store with manual epochs: every commit it makes is one the memory bound forced.
 fn store(dirty_tree_bytes: usize) -> (Store, Arc<MemMedium>, Arc<MemoryVault>) {
-    let medium = Arc::new(MemMedium::new());
-    let vault = Arc::new(MemoryVault::empty());
-    let v = vault.clone();
-    let store = Store::create(
-        medium.clone(),
-        move |r| {
-            oubli_core::Vault::store(&*v, r)?;
-            Ok(v)
-        },
-        CreateOptions::default(),
-        options(dirty_tree_bytes),
-    )
-    .unwrap();
-    (store, medium, vault)
+    common::store_with_parts(CreateOptions::default(), options(dirty_tree_bytes))
 }
 
 fn options(dirty_tree_bytes: usize) -> Options {
     Options {
-        policy: EpochPolicy::manual(),
         dirty_tree_bytes,
-        ..Options::default()
+        ..common::options()
     }
 }
 

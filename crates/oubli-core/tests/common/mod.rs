@@ -1,23 +1,40 @@
 //! A store in memory with a memory vault and manual epochs, for the engine's integration tests.
+#![allow(dead_code)]
 
 use oubli_core::{CreateOptions, EpochPolicy, Options, Store, Vault};
 use oubli_media::MemMedium;
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
 
+/// Manual epochs: the tests commit when they mean to.
+pub fn options() -> Options {
+    Options {
+        policy: EpochPolicy::manual(),
+        ..Options::default()
+    }
+}
+
 pub fn store(create: CreateOptions) -> Store {
+    store_with_parts(create, options()).0
+}
+
+/// A store, its medium (to crash it) and its vault (to reopen it).
+pub fn store_with_parts(
+    create: CreateOptions,
+    options: Options,
+) -> (Store, Arc<MemMedium>, Arc<MemoryVault>) {
+    let medium = Arc::new(MemMedium::new());
     let vault = Arc::new(MemoryVault::empty());
-    Store::create(
-        Arc::new(MemMedium::new()),
+    let v = vault.clone();
+    let store = Store::create(
+        medium.clone(),
         move |r| {
-            vault.store(r)?;
-            Ok(vault)
+            v.store(r)?;
+            Ok(v)
         },
         create,
-        Options {
-            policy: EpochPolicy::manual(),
-            ..Options::default()
-        },
+        options,
     )
-    .unwrap()
+    .unwrap();
+    (store, medium, vault)
 }

@@ -43,6 +43,8 @@ pub struct Recovered {
     pub oid: u64,
     pub cell: u64,
     pub start: u32,
+    /// Where its first byte lies in the object (from the object's cell size).
+    pub offset: u64,
     pub addr: u64,
     pub source: Source,
     pub plaintext: PlainBuf,
@@ -72,18 +74,17 @@ impl Recovery {
         for u in &self.units {
             grouped.entry((u.oid, u.source)).or_default().push(u);
         }
-        let cs = self.cell_size as u64;
         grouped
             .into_iter()
             .map(|(k, units)| {
                 let end = units
                     .iter()
-                    .map(|u| u.cell * cs + u.start as u64 + u.plaintext.len() as u64)
+                    .map(|u| u.offset + u.plaintext.len() as u64)
                     .max()
                     .unwrap_or(0);
                 let mut image = vec![0u8; end as usize];
                 for u in units {
-                    let at = (u.cell * cs + u.start as u64) as usize;
+                    let at = u.offset as usize;
                     image[at..at + u.plaintext.len()].copy_from_slice(&u.plaintext);
                 }
                 (k, image)
@@ -144,6 +145,9 @@ struct Found {
     seen: HashSet<(u64, Source)>,
     /// Object id → the share its cells depend on.
     shares: std::collections::HashMap<u64, u32>,
+    /// Object id → its cell size, where not the store's (fixed for the
+    /// object's life: any tree or log that names it will do).
+    cell_sizes: std::collections::HashMap<u64, u32>,
 }
 
 /// [`recover`] by an adversary who also holds these share keys (`(share
@@ -213,6 +217,9 @@ pub fn recover_with_shares(
                     log::Op::SetShare { oid, share } => {
                         found.shares.insert(oid, share);
                     }
+                    log::Op::SetCellSize { oid, cell_size } => {
+                        found.cell_sizes.insert(oid, cell_size);
+                    }
                     // A snapshot taken in the epoch: its root is in the log.
                     log::Op::PutSnapshot { snapshot } => snapshot_roots.extend(snapshot.root),
                     _ => {}
@@ -237,7 +244,9 @@ pub fn recover_with_shares(
             .and_then(|id| share_keys.iter().find(|(s, _)| s == id))
             .map(|(_, key)| key);
         let ctx = epoch_ctx(&medium, &provider, scheme);
-        open_cell(&ctx, oid, cell, &cref, source, share, &mut out);
+        let cell_size = found.cell_sizes.get(&oid).copied().unwrap_or(out.cell_size);
+        let at = (oid, cell, u64::from(cell_size));
+        open_cell(&ctx, at, &cref, source, share, &mut out);
     }
     out
 }
@@ -358,10 +367,10 @@ fn epoch_ctx(
     }
 }
 
+/// Opens the cell `(oid, index, cell size)` and adds it to `out`.
 fn open_cell(
     ctx: &Ctx,
-    oid: u64,
-    cell: u64,
+    (oid, cell, cell_size): (u64, u64, u64),
     c: &crate::tree::CellRef,
     source: Source,
     share: Option<&oubli_crypto::SecretKey>,
@@ -388,6 +397,7 @@ fn open_cell(
             oid,
             cell,
             start: c.start,
+            offset: cell * cell_size + u64::from(c.start),
             addr: c.addr,
             source,
             plaintext,
@@ -427,6 +437,9 @@ fn walk(
                     }
                     Value::Share(id) => {
                         found.shares.insert(k.oid, *id);
+                    }
+                    Value::CellSize(size) => {
+                        found.cell_sizes.insert(k.oid, *size);
                     }
                     _ => {}
                 }

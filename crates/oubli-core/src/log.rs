@@ -88,6 +88,11 @@ pub enum Op {
     /// A record of the key scheme's own (a keyed hash forest's new tree),
     /// logged before the ops that need it.
     Scheme(Vec<u8>),
+    /// The object's cell size, set before its first data (format 5).
+    SetCellSize {
+        oid: u64,
+        cell_size: u32,
+    },
 }
 
 pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
@@ -166,6 +171,11 @@ pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
             Op::Scheme(record) => {
                 w.u8(13);
                 w.bytes(record);
+            }
+            Op::SetCellSize { oid, cell_size } => {
+                w.u8(14);
+                w.varint(*oid);
+                w.u32(*cell_size);
             }
         }
     }
@@ -267,6 +277,12 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>, DecodeError> {
                 share: r.u32()?,
             },
             13 => Op::Scheme(r.bytes()?.to_vec()),
+            14 => Op::SetCellSize {
+                oid: r.varint()?,
+                cell_size: Some(r.u32()?)
+                    .filter(|s| crate::superblock::valid_cell_size(*s))
+                    .ok_or(DecodeError("cell size"))?,
+            },
             _ => return Err(DecodeError("unknown op")),
         };
         ops.push(op);

@@ -7,12 +7,13 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
-/// Version 4: holes inside cells (a leaf-entry flag and a log op; the
-/// superblock itself is as in 3). Version 3: the snapshot table, the key-scheme id and the scheme's state
+/// Version 5: a cell size per object (a leaf-entry kind and a log op; the
+/// superblock itself is as in 3). Version 4: holes inside cells (a
+/// leaf-entry flag and a log op). Version 3: the snapshot table, the key-scheme id and the scheme's state
 /// pointer. Version 2: salted intent-log frames and the log tally
 /// (docs/FORMAT.md). Older stores still open; their first commit writes
 /// the current version.
-pub const FORMAT_VERSION: u16 = 4;
+pub const FORMAT_VERSION: u16 = 5;
 /// The key scheme of every store so far: a random key in each parent pointer.
 pub const KEY_SCHEME_PARENT_POINTER: u8 = 0;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;
@@ -260,10 +261,15 @@ pub fn open(
         | (oubli_crypto::SCHEME_KEYED_HASH_FOREST | oubli_crypto::SCHEME_KEY_STORAGE_AREA, _) => {}
         _ => return Err(Error::UnknownKeyScheme(body.key_scheme)),
     }
-    if !body.cell_size.is_power_of_two() || body.cell_size < 512 || body.cell_size > (1 << 24) {
+    if !valid_cell_size(body.cell_size) {
         return Err(Error::Corrupt("superblock cell size".into()));
     }
     Ok((header, body))
+}
+
+/// A cell size the format can hold: a power of two from 512 B to 16 MiB.
+pub(crate) fn valid_cell_size(size: u32) -> bool {
+    size.is_power_of_two() && (512..=1 << 24).contains(&size)
 }
 
 impl Body {

@@ -24,6 +24,8 @@ pub const KIND_CELL: u8 = 1;
 pub const KIND_NAMES: u8 = 2;
 /// The key share an object's data is placed under (format 3).
 pub const KIND_SHARE: u8 = 3;
+/// The cell size of an object whose cells are not the store's (format 5).
+pub const KIND_CELLS: u8 = 4;
 
 /// Position of an entry in the tree: (object id, kind, offset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,6 +111,8 @@ pub enum Value {
     Names(NameBucket),
     /// The id of the share every cell of the object depends on.
     Share(u32),
+    /// The object's cell size, when it is not the store's.
+    CellSize(u32),
 }
 
 impl Value {
@@ -118,6 +122,7 @@ impl Value {
             Value::Cell(_) => KIND_CELL,
             Value::Names(_) => KIND_NAMES,
             Value::Share(_) => KIND_SHARE,
+            Value::CellSize(_) => KIND_CELLS,
         }
     }
     /// Heap bytes the decoded value owns beyond its slot in a node's vector.
@@ -134,7 +139,7 @@ impl Value {
             Value::Names(b) => {
                 vec_bytes(&b.entries) + b.entries.iter().map(|(n, _)| vec_bytes(n)).sum::<usize>()
             }
-            Value::Share(_) => 0,
+            Value::Share(_) | Value::CellSize(_) => 0,
         }
     }
 
@@ -143,7 +148,7 @@ impl Value {
             Value::Object(r) => 12 + r.meta.len(),
             Value::Cell(c) => 44 + 10 * c.holes.len(),
             Value::Names(b) => 2 + b.entries.iter().map(|(n, _)| n.len() + 10).sum::<usize>(),
-            Value::Share(_) => 5,
+            Value::Share(_) | Value::CellSize(_) => 5,
         }
     }
 }
@@ -819,6 +824,7 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                         }
                     }
                     Value::Share(id) => w.varint(*id as u64),
+                    Value::CellSize(size) => w.varint(*size as u64),
                 }
                 debug_assert_eq!(v.kind(), k.kind);
                 prev = Some((*k, next_addr));
@@ -928,6 +934,12 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                 KIND_SHARE => {
                     Value::Share(u32::try_from(r.varint()?).map_err(|_| DecodeError("share id"))?)
                 }
+                KIND_CELLS => Value::CellSize(
+                    u32::try_from(r.varint()?)
+                        .ok()
+                        .filter(|s| crate::superblock::valid_cell_size(*s))
+                        .ok_or(DecodeError("cell size"))?,
+                ),
                 _ => return Err(DecodeError("unknown entry kind")),
             };
             if let Some((pk, _)) = prev {

@@ -68,10 +68,15 @@ pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> Vec<u8> {
     aad
 }
 
+/// Names a cell in a message: by byte offset, or by index when the
+/// object's cell size is not at hand (`cell_size` 0).
 pub(crate) fn describe_cell(oid: u64, cell: u64, c: &CellRef, cell_size: u32) -> String {
+    let at = match cell_size {
+        0 => format!("cell {cell}"),
+        cs => format!("byte {}", cell * cs as u64 + c.start as u64),
+    };
     format!(
-        "data of object {oid} at byte {} (segment {} offset {})",
-        cell * cell_size as u64 + c.start as u64,
+        "data of object {oid} at {at} (segment {} offset {})",
         addr_segment(c.addr),
         addr_offset(c.addr)
     )

@@ -1,9 +1,9 @@
 //! Known-answer test vectors: pin the bytes of every sealed format so a change cannot slip in unnoticed.
 //!
-//! The vectors of the current format live in `tests/vectors/v4.txt` (one
+//! The vectors of the current format live in `tests/vectors/v5.txt` (one
 //! `name hex` per line). To regenerate after an intentional format change
 //! (with a new version number!), run `OUBLI_WRITE_VECTORS=1 cargo test -p
-//! oubli-core vectors`. The vectors of older formats (`v1.txt` to `v3.txt`)
+//! oubli-core vectors`. The vectors of older formats (`v1.txt` to `v4.txt`)
 //! are never regenerated: they are bytes an old store holds, and the current
 //! code must still open them.
 
@@ -13,7 +13,8 @@ use crate::log::{
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
-    encode_node, CellRef, Key, Node, NodePtr, ObjectRecord, Value, KIND_CELL, KIND_OBJECT,
+    encode_node, CellRef, Key, Node, NodePtr, ObjectRecord, Value, KIND_CELL, KIND_CELLS,
+    KIND_OBJECT,
 };
 use crate::unit::{cell_aad, node_aad};
 use oubli_crypto::{
@@ -77,6 +78,9 @@ fn compute() -> Vec<(&'static str, String)> {
         Value::Cell(cell_with_holes()),
     )]);
     out.push(("leaf-holes-plain", hex(&encode_node(&node))));
+    // Format 5: an object whose cells are not the store's.
+    let node = Node::Leaf(vec![(Key::new(7, KIND_CELLS, 0), Value::CellSize(4096))]);
+    out.push(("leaf-cell-size-plain", hex(&encode_node(&node))));
 
     let header = Header {
         version: FORMAT_VERSION,
@@ -144,6 +148,18 @@ fn compute() -> Vec<(&'static str, String)> {
     out.push((
         "log-tally",
         hex(&seal_tally_with_salt(&keys, 1, 80, [0x44; 16])),
+    ));
+    out.push((
+        "log-frame-cell-size",
+        hex(&seal_frame_with_salt(
+            &keys,
+            3,
+            &[Op::SetCellSize {
+                oid: 7,
+                cell_size: 4096,
+            }],
+            [0x77; 16],
+        )),
     ));
     scheme_vectors(&p, &key, &store_id, &mut out);
     out
@@ -451,6 +467,28 @@ fn format_3_vectors_still_open() {
     assert!(body.catalog.is_some());
 }
 
+/// A store of format 4 keeps opening: only the superblocks' version differs
+/// (format 5 added per-object cell sizes, which a format-4 store never has).
+#[test]
+fn format_4_vectors_still_open() {
+    let p = RingProvider::new();
+    let key = SecretKey::from_bytes([0x42; 32]);
+    let v4 = pinned("v4.txt");
+    let get = |n: &str| unhex(&v4.iter().find(|(k, _)| k == n).expect(n).1);
+    let computed = compute();
+    for (name, _) in &v4 {
+        if name.starts_with("superblock") {
+            continue;
+        }
+        let now = &computed.iter().find(|(k, _)| k == name).unwrap().1;
+        assert_eq!(&hex(&get(name)), now, "{name}");
+    }
+    for name in ["superblock", "superblock-khf"] {
+        let (header, _) = superblock::open(&p, &key, &get(name)).unwrap();
+        assert_eq!((header.version, header.epoch), (4, 9), "{name}");
+    }
+}
+
 /// A cell's holes survive the leaf and log encodings, and malformed holes are refused.
 #[test]
 fn holes_round_trip_and_bad_holes_are_refused() {
@@ -544,7 +582,7 @@ fn format_2_vectors_still_open() {
 /// ones, revoked or freed ones do not resolve at all.
 #[test]
 fn pinned_scheme_states_still_open() {
-    let v: std::collections::HashMap<String, String> = pinned("v4.txt").into_iter().collect();
+    let v: std::collections::HashMap<String, String> = pinned("v5.txt").into_iter().collect();
     let check = |scheme: u8, state: &str, refs: &[KeyRef], kept: (usize, &str), gone: &[usize]| {
         let loaded = load_scheme(scheme, Some(&unhex(&v[state])), scheme_provider()).unwrap();
         let key = loaded.resolve(&refs[kept.0]).unwrap();
@@ -578,15 +616,15 @@ fn pinned_scheme_states_still_open() {
 fn vectors_match_the_pinned_bytes() {
     let computed = compute();
     if std::env::var_os("OUBLI_WRITE_VECTORS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v4.txt");
-        let header = "# oubli format v4 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v5.txt");
+        let header = "# oubli format v5 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
                       # hkdf and cell were cross-checked against Python hmac/hashlib and cryptography.AESGCM.\n";
         let text: String = std::iter::once(header.to_string())
             .chain(computed.iter().map(|(n, h)| format!("{n} {h}\n")))
             .collect();
         std::fs::write(path, text).unwrap();
     }
-    let pinned = pinned("v4.txt");
+    let pinned = pinned("v5.txt");
     assert_eq!(pinned.len(), computed.len());
     for ((name, want), (cname, got)) in pinned.iter().zip(&computed) {
         assert_eq!(name, cname);

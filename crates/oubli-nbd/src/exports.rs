@@ -125,8 +125,11 @@ pub fn create_export(store: &Store, name: &str, size: u64) -> Result<Export> {
         return Err(Error::Exists(name.into()));
     }
     let oid = store.create_object(EXPORT_META)?;
+    // A file system writes its blocks in place: small cells, so that a
+    // 4 KiB write re-seals 4 KiB (DESIGN §3).
     let made = store
-        .truncate(oid, size)
+        .use_small_cells(oid)
+        .and_then(|_| store.truncate(oid, size))
         .and_then(|()| store.link(dir, name.as_bytes(), oid));
     if let Err(e) = made {
         let _ = store.delete(oid);

@@ -363,10 +363,10 @@ pub fn serve(
         ));
     }
     let max_inflight_bytes = config.max_inflight_bytes;
-    let cell = store
-        .status()
-        .map(|s| s.cell_size)
-        .unwrap_or(oubli_core::DEFAULT_CELL_SIZE);
+    // Exports have small cells (those made before format 5 may not).
+    let cell = store.status().map_or(oubli_core::SMALL_CELL_SIZE, |s| {
+        s.cell_size.min(oubli_core::SMALL_CELL_SIZE)
+    });
     let handshake = HandshakeConfig {
         structured_replies: config.structured_replies,
         multi_conn: config.multi_conn,

@@ -12,8 +12,10 @@ use std::sync::Arc;
 /// Segment capacity of the in-memory media of the proof tests: small, so segments rotate and the cleaner has work.
 pub const TEST_SEGMENT: u64 = 256 * 1024;
 
-/// Cell size used by the proof tests: small, so that small stores have many cells and tree levels.
-pub const TEST_CELL: u32 = 4096;
+/// Cell size used by the proof tests: small, so that small stores have many
+/// cells and tree levels, and larger than `SMALL_CELL_SIZE`, so that objects
+/// of both cell sizes live in one store (see `workload::Runner`).
+pub const TEST_CELL: u32 = 16384;
 
 /// Options with the INSECURE deterministic provider (reproducible runs) and commits only on demand.
 pub fn options(seed: u64) -> Options {

@@ -85,7 +85,7 @@ pub use oubli_core::{
     name_hash, AuditReport, CreateOptions, EpochPolicy, Error, FsckReport, GcReport, Medium,
     ObjectRecord, Options, Overhead, Recovered, Recovery, Result, SegmentId, ShareInfo,
     ShareOpener, ShareRecord, Slot, SnapshotInfo, SnapshotUsage, Status, Store, StoreId, Vault,
-    VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR,
+    VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR, SMALL_CELL_SIZE,
 };
 pub use oubli_crypto::{
     CryptoProvider, KeyScheme, ParentPointerScheme, RingProvider, SecretBytes, SecretKey,

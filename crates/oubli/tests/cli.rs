@@ -1051,7 +1051,7 @@ fn a_format_2_store_opens_and_upgrades() {
         .assert()
         .success();
     cmd().arg("commit").assert().success();
-    assert_eq!(version("super.a").max(version("super.b")), 4);
+    assert_eq!(version("super.a").max(version("super.b")), 5);
     cmd()
         .args(["get", "--snapshot", "first", "hello", "-"])
         .assert()

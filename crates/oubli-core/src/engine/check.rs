@@ -275,6 +275,7 @@ impl Engine {
             };
             let mut cells = Vec::new();
             let mut sizes = HashMap::new();
+            let mut cell_sizes = HashMap::new();
             tree.walk(&self.ctx, &mut |ptr, node| {
                 match ptr {
                     Some(p) if !seen.insert(p.addr) => {}
@@ -294,6 +295,9 @@ impl Engine {
                                 sizes.insert(k.oid, r.size);
                             }
                             Value::Cell(c) => cells.push((k.oid, k.off, c.clone())),
+                            Value::CellSize(s) => {
+                                cell_sizes.insert(k.oid, u64::from(*s));
+                            }
                             Value::Names(_) | Value::Share(_) => {}
                         }
                     }
@@ -301,11 +305,20 @@ impl Engine {
                 Ok(())
             })?;
             for (oid, cell, c) in cells {
+                let cs = cell_sizes
+                    .get(&oid)
+                    .copied()
+                    .unwrap_or(self.cell_size as u64);
+                if c.start as u64 + c.len as u64 > cs {
+                    report.problems.push(within(format!(
+                        "cell {cell} of object {oid} is longer than its cells ({cs} B)"
+                    )));
+                }
                 match sizes.get(&oid) {
                     None => report.problems.push(within(format!(
                         "cell {cell} belongs to missing object {oid}"
                     ))),
-                    Some(size) if cell * self.cell_size as u64 + c.start as u64 >= *size => {
+                    Some(size) if cell * cs + c.start as u64 >= *size => {
                         report.problems.push(within(format!(
                             "cell {cell} of object {oid} lies beyond its size {size}"
                         )))

@@ -64,7 +64,6 @@ impl Engine {
         let mut tree = std::mem::take(&mut self.tree);
         let mut freed = Vec::new();
         let ctx = &self.ctx;
-        let cell_size = self.cell_size;
         let result = tree.rewrite(ctx, &mut freed, &|_| true, &mut |k, v| {
             let Value::Cell(c) = v else { return Ok(false) };
             let share = match shares.get(&k.oid) {
@@ -79,7 +78,9 @@ impl Engine {
                 &*ctx.medium,
                 &*ctx.provider,
                 &*ctx.scheme,
-                cell_size,
+                // The object's cell size comes after its cells in the
+                // tree: messages name the cell by index.
+                0,
                 k.oid,
                 k.off,
                 c,

@@ -6,6 +6,7 @@
 //! and erasure), [`recover`] (create, open, replay), [`clean`] (the
 //! cleaner) and [`check`] (status, fsck, audit).
 
+mod cells;
 mod check;
 mod clean;
 mod commit;
@@ -33,7 +34,7 @@ use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
     addr, addr_offset, addr_segment, encode_node, CellRef, Key, NameBucket, Node, NodePtr,
-    ObjectRecord, Tree, Value, KIND_CELL, KIND_NAMES, KIND_OBJECT,
+    ObjectRecord, Tree, Value, KIND_CELL, KIND_CELLS, KIND_NAMES, KIND_OBJECT,
 };
 use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
@@ -50,6 +51,11 @@ use zeroize::Zeroizing;
 pub const ROOT_DIR: u64 = 1;
 /// Default cell size: the unit of encryption and erasure for object data.
 pub const DEFAULT_CELL_SIZE: u32 = 32 * 1024;
+/// The cells of objects written in place at random (DESIGN §3, "One cell
+/// size per object"): a block device's export, a preallocated file, a file
+/// whose first write lands past its start. The store's own cell size is
+/// for everything else.
+pub const SMALL_CELL_SIZE: u32 = 4096;
 /// Data segments are closed at this size (or the medium's capacity, if smaller).
 const DATA_SEGMENT_TARGET: u64 = 64 << 20;
 /// Buffered (not yet sealed) data above which the buffer is written out.
@@ -666,6 +672,9 @@ impl Engine {
                 self.apply_share_op(&op)?;
             }
             Op::SetShare { .. } => self.apply_share_op(&op)?,
+            Op::SetCellSize { oid, cell_size } => {
+                self.tree_insert(Key::new(*oid, KIND_CELLS, 0), Value::CellSize(*cell_size))?;
+            }
             // Only replay meets these (a flush logs them straight from the scheme).
             Op::Scheme(record) => {
                 self.ctx

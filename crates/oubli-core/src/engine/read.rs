@@ -7,6 +7,8 @@ use super::*;
 pub(super) struct PendingRead {
     oid: u64,
     cell: u64,
+    /// The object's cell size (for messages).
+    cell_size: u32,
     cref: CellRef,
     /// Where in the output the first byte of the cell unit would go (may be negative).
     out_at: i64,
@@ -15,8 +17,8 @@ pub(super) struct PendingRead {
 }
 
 /// Names a cell unit in an error message.
-pub(super) fn cell_what(p: &PendingRead, cell_size: u32) -> String {
-    describe_cell(p.oid, p.cell, &p.cref, cell_size)
+pub(super) fn cell_what(p: &PendingRead) -> String {
+    describe_cell(p.oid, p.cell, &p.cref, p.cell_size)
 }
 
 impl Store {
@@ -49,12 +51,12 @@ impl Store {
             let mut buf = vec![0u8; (end - start) as usize];
             sh.medium
                 .read(addr_segment(start), addr_offset(start) as u64, &mut buf)
-                .map_err(|e| read_error(&cell_what(&units[i], sh.cell_size), e))?;
+                .map_err(|e| read_error(&cell_what(&units[i]), e))?;
             let mut at = 0;
             for p in &units[i..j] {
                 let sealed = &mut buf[at..at + p.cref.sealed_len() as usize];
                 at += sealed.len();
-                let corrupt = || Error::Corrupt(cell_what(p, sh.cell_size));
+                let corrupt = || Error::Corrupt(cell_what(p));
                 let key = sh.scheme.resolve(&p.cref.key).map_err(|_| corrupt())?;
                 let key = match &p.share {
                     Some(s) => crate::share::bind(&*sh.provider, s, &key),
@@ -149,7 +151,7 @@ impl Store {
         if offset >= end {
             return Ok(out);
         }
-        let cs = e.cell_size as u64;
+        let cs = u64::from(e.cells_of(&e.tree, oid)?);
         // Data ranges (start -> length) per cell: stored ranges less their holes.
         let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
         let put = |ranges: &mut BTreeMap<u64, u64>, cell: u64, data: Vec<(u32, u32)>| {
@@ -209,7 +211,8 @@ impl Engine {
         let mut out = vec![0u8; (end - offset) as usize];
         let mut pending = Vec::new();
         let share = self.share_key_in(&self.tree, oid)?;
-        let cs = self.cell_size as u64;
+        let cell_size = self.cells_of(&self.tree, oid)?;
+        let cs = u64::from(cell_size);
         let mut pos = offset;
         while pos < end {
             let cell = pos / cs;
@@ -227,6 +230,7 @@ impl Engine {
                 pending.push(PendingRead {
                     oid,
                     cell,
+                    cell_size,
                     out_at: (cell_base + c.start as u64) as i64 - offset as i64,
                     cref: c,
                     share: share.clone(),

@@ -8,6 +8,8 @@ use crate::holes::{self, Holes};
 /// laid out back to back (ciphertext ‖ tag per cell) so they are appended to
 /// the medium in one piece.
 pub(super) struct SealedRun {
+    /// The object's cell size they were cut in.
+    cell_size: u32,
     first_cell: u64,
     /// `key_refs.len()` units of `cell_size + TAG_LEN` bytes each.
     bytes: Vec<u8>,
@@ -64,6 +66,7 @@ impl Store {
             if wanted.is_empty() {
                 break;
             }
+            let cell_size = e.cells_of(&e.tree, oid)?;
             let share = e.share_key_in(&e.tree, oid)?;
             let guard = self
                 .shared
@@ -77,7 +80,7 @@ impl Store {
                     &*sh.medium,
                     &*sh.provider,
                     &*sh.scheme,
-                    sh.cell_size,
+                    cell_size,
                     oid,
                     cell,
                     &c,
@@ -101,16 +104,21 @@ impl Store {
     /// Seals every whole, aligned cell of a write under a fresh key, before
     /// the engine lock is taken, on several threads for large writes.
     pub(super) fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Option<SealedRun> {
-        let cs = self.shared.cell_size as usize;
-        let first = offset.div_ceil(cs as u64);
+        if data.len() < SMALL_CELL_SIZE.min(self.shared.cell_size) as usize {
+            return None;
+        }
         let end = offset.checked_add(data.len() as u64)?;
+        // The object's cell size (decided now if this is its first data)
+        // and its share. What fails here, the write reports under the lock.
+        let (cell_size, share) = {
+            let mut e = self.lock_beside_commit();
+            let cell_size = e.cells_for_write(oid, offset).ok()?;
+            (cell_size, e.share_key_in(&e.tree, oid).ok()?)
+        };
+        let cs = cell_size as usize;
+        let first = offset.div_ceil(cs as u64);
         let count = (end / cs as u64).checked_sub(first).filter(|&n| n > 0)? as usize;
         let unit = cs + TAG_LEN;
-        // Under a share whose key cannot be had, the write reports it under the lock.
-        let share = {
-            let e = self.lock_beside_commit();
-            e.share_key_in(&e.tree, oid).ok()?
-        };
         let mut keys = Vec::with_capacity(count);
         let mut key_refs = Vec::with_capacity(count);
         for _ in 0..count {
@@ -150,6 +158,7 @@ impl Store {
             });
         }
         Some(SealedRun {
+            cell_size,
             first_cell: first,
             bytes,
             key_refs,
@@ -212,7 +221,7 @@ impl Engine {
             &*self.ctx.medium,
             &*self.ctx.provider,
             &*self.ctx.scheme,
-            self.cell_size,
+            self.cells_of(tree, oid)?,
             oid,
             cell,
             c,
@@ -306,7 +315,7 @@ impl Engine {
     /// Appends a run of sealed whole cells (in as few pieces as segment
     /// boundaries allow) and points the tree at them.
     pub(super) fn put_run(&mut self, oid: u64, run: SealedRun) -> Result<()> {
-        let unit = self.cell_size as usize + TAG_LEN;
+        let unit = run.cell_size as usize + TAG_LEN;
         let mut cell = run.first_cell;
         let mut key_refs = run.key_refs.into_iter();
         for piece in self.split_for_segments(&run.bytes, unit) {
@@ -316,7 +325,7 @@ impl Engine {
                 self.take_dirty(oid, cell);
                 let cref = CellRef {
                     start: 0,
-                    len: self.cell_size,
+                    len: run.cell_size,
                     addr: base + (k * unit) as u64,
                     key,
                     holes: Holes::new(),
@@ -326,6 +335,12 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Lets go of a run sealed for cells the write did not end up using:
+    /// its keys will never be placed.
+    fn discard_run(&self, run: SealedRun) {
+        run.key_refs.iter().for_each(|k| self.ctx.scheme.placed(k));
     }
 
     /// Cuts `bytes` (units of `unit` bytes) into pieces that each fit the
@@ -376,8 +391,16 @@ impl Engine {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
-        let cs = self.cell_size as u64;
-        let mut sealed = sealed;
+        let cs = u64::from(self.cells_for_write(oid, offset)?);
+        // A run cut in other cells (the object's first write raced another
+        // that decided otherwise) is not used: its cells go the slow way.
+        let mut sealed = match sealed {
+            Some(run) if u64::from(run.cell_size) != cs => {
+                self.discard_run(run);
+                None
+            }
+            run => run,
+        };
         let mut pos = offset;
         // Whether the write replaced bytes of sealed units: an overwrite is a
         // deletion (the old bytes are erased at the next commit), an append
@@ -391,14 +414,17 @@ impl Engine {
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
             if from == 0 && n as u64 == cs {
                 // The run of whole cells, sealed before the lock was taken.
-                let run = sealed.take().filter(|r| r.first_cell == cell);
-                let run = run.expect("seal_whole_cells covers every whole cell");
-                pos += run.key_refs.len() as u64 * cs;
-                self.put_run(oid, run)?;
-                continue;
+                if let Some(run) = sealed.take_if(|r| r.first_cell == cell) {
+                    pos += run.key_refs.len() as u64 * cs;
+                    self.put_run(oid, run)?;
+                    continue;
+                }
             }
-            overwrote |= self.merge_into_cell(oid, cell, from, chunk, prefetched)?;
+            overwrote |= self.merge_into_cell(oid, cell, cs as u32, from, chunk, prefetched)?;
             pos += n as u64;
+        }
+        if let Some(run) = sealed {
+            self.discard_run(run);
         }
         if overwrote || self.stats.units_freed > freed_before {
             self.stats.deletions += 1;
@@ -426,7 +452,7 @@ impl Engine {
         len: u64,
         prefetched: &[Prefetched],
     ) -> Result<Vec<(u64, CellRef)>> {
-        let cs = self.cell_size as u64;
+        let cs = u64::from(self.cells_of(&self.tree, oid)?);
         let end = offset.saturating_add(len);
         // A missing object has no cells: the write itself reports it.
         if len == 0 {
@@ -465,6 +491,7 @@ impl Engine {
         &mut self,
         oid: u64,
         cell: u64,
+        cell_size: u32,
         from: u32,
         chunk: &[u8],
         prefetched: &mut Vec<Prefetched>,
@@ -521,7 +548,7 @@ impl Engine {
             _ => (from, PlainBuf::copy_of(chunk), Holes::new()),
         };
         holes::remove(&mut gaps, from, to);
-        let full = start == 0 && bytes.len() as u64 == self.cell_size as u64;
+        let full = start == 0 && bytes.len() as u64 == u64::from(cell_size);
         self.set_dirty(oid, cell, start, bytes, gaps);
         if full {
             self.write_out(oid, cell)?;
@@ -577,7 +604,7 @@ impl Engine {
         self.mutable()?;
         let mut record = self.record(oid)?;
         if size < record.size {
-            let cs = self.cell_size as u64;
+            let cs = u64::from(self.cells_of(&self.tree, oid)?);
             let boundary = size / cs;
             let cut = (size % cs) as u32;
             let first_dropped = if cut == 0 { boundary } else { boundary + 1 };
@@ -598,7 +625,7 @@ impl Engine {
                 true,
             )?;
             if cut > 0 {
-                self.rewrite_cell(oid, boundary, cut, self.cell_size)?;
+                self.rewrite_cell(oid, boundary, cut, cs as u32)?;
             }
         }
         record.size = size;
@@ -613,7 +640,7 @@ impl Engine {
         if offset >= end {
             return Ok(());
         }
-        let cs = self.cell_size as u64;
+        let cs = u64::from(self.cells_of(&self.tree, oid)?);
         let (first_whole, end_whole) = (offset.div_ceil(cs), end / cs);
         if first_whole > end_whole {
             // Inside one cell.

@@ -75,7 +75,7 @@ struct OwnReport {
 /// The current state against which recovered cells are judged.
 enum Judge {
     /// The store opened with the vault: live means "still the store's content".
-    Current { store: Box<Store>, cell_size: u64 },
+    Current { store: Box<Store> },
     /// The vault is older than the store (the error opening it said so):
     /// everything that opens is exposed.
     Stale(Error),
@@ -100,13 +100,13 @@ impl Counts {
 
 impl Judge {
     fn classify(&self, unit: &Recovered) -> oubli::Result<Class> {
-        let Judge::Current { store, cell_size } = self else {
+        let Judge::Current { store } = self else {
             return Ok(Class::Leaked);
         };
         let epoch = match unit.source {
             Source::Tree(e) | Source::Log(e) | Source::Snapshot(e, _) => e,
         };
-        Ok(if still_live(store, *cell_size, unit)? {
+        Ok(if still_live(store, unit)? {
             Class::Live
         } else if epoch == store.epoch() {
             // Reached from the current epoch's tree or log: deleted since
@@ -121,12 +121,11 @@ impl Judge {
 /// Whether the store still holds exactly these bytes at this place: then
 /// the copy reveals nothing that was deleted. (By content, not address:
 /// the cleaner moves live cells, and object ids are never reused.)
-fn still_live(store: &Store, cell_size: u64, unit: &Recovered) -> oubli::Result<bool> {
+fn still_live(store: &Store, unit: &Recovered) -> oubli::Result<bool> {
     if !store.exists(unit.oid)? {
         return Ok(false);
     }
-    let offset = unit.cell * cell_size + u64::from(unit.start);
-    let now = Zeroizing::new(store.read(unit.oid, offset, unit.plaintext.len())?);
+    let now = Zeroizing::new(store.read(unit.oid, unit.offset, unit.plaintext.len())?);
     Ok(now[..] == unit.plaintext[..])
 }
 
@@ -178,11 +177,9 @@ pub fn audit(
     let (judge, own) = match opened {
         Ok(store) => {
             let own = store.audit().map_err(|e| g.fail(e))?;
-            let cell_size = u64::from(store.status().map_err(|e| g.fail(e))?.cell_size);
             (
                 Judge::Current {
                     store: Box::new(store),
-                    cell_size,
                 },
                 Some(own),
             )

@@ -382,14 +382,13 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         export.size,
         store.epoch()
     ));
-    if let Ok(status) = store.status() {
-        if status.cell_size > BLOCK_DEVICE_CELL {
+    if let Ok(cells) = store.cell_size_of(export.oid) {
+        if cells > BLOCK_DEVICE_CELL {
             // Each 4 KiB write then re-encrypts a whole cell (docs/NBD.md, Performance).
             log(&format!(
-                "note: this store's cells are {} bytes; a file system on the device writes \
-                 4 KiB blocks, so random writes rewrite whole cells. A store made for a \
-                 block device (oubli init --cell-size 4K) avoids it",
-                status.cell_size
+                "note: this export's cells are {cells} bytes (it was made before exports \
+                 got 4 KiB cells); a file system on the device writes 4 KiB blocks, so \
+                 random writes rewrite whole cells. A new export avoids it"
             ));
         }
     }

@@ -5,6 +5,60 @@ pub mod report;
 pub mod store;
 pub mod timed;
 
+/// The `main` of a benchmark binary: parses the arguments (an empty error
+/// means `--help` was asked for), runs, and turns errors into exit codes.
+pub fn main_of<C>(
+    name: &str,
+    help: &str,
+    parse: fn(Vec<String>) -> Result<C, String>,
+    run: fn(&C) -> store::BoxResult<()>,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let config = match parse(std::env::args().skip(1).collect()) {
+        Ok(c) => c,
+        Err(e) if e.is_empty() => {
+            print!("{help}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}\n\n{help}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Command-line arguments taken one by one: a flag, then its value if it has one.
+pub struct Args(std::vec::IntoIter<String>);
+
+impl Args {
+    pub fn new(args: Vec<String>) -> Args {
+        Args(args.into_iter())
+    }
+
+    /// The next argument (a flag or a positional one).
+    pub fn next_arg(&mut self) -> Option<String> {
+        self.0.next()
+    }
+
+    /// The value that follows `flag`.
+    pub fn value(&mut self, flag: &str) -> Result<String, String> {
+        self.0.next().ok_or_else(|| format!("{flag} needs a value"))
+    }
+
+    /// The whole number that follows `flag`.
+    pub fn number(&mut self, flag: &str) -> Result<u64, String> {
+        let v = self.value(flag)?;
+        v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
+    }
+}
+
 /// A size with an optional binary suffix: `4096`, `1.5K`, `100M`, `100MiB`, `2G`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s

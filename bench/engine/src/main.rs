@@ -9,7 +9,7 @@ mod aead;
 mod scale;
 mod stall;
 
-use oubli_bench_engine::{free_space, parse_size, plain, report, store};
+use oubli_bench_engine::{free_space, main_of, parse_size, plain, report, store};
 use report::{mb_per_s, say, Rec, MIB};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -376,24 +376,7 @@ fn run(c: &Config) -> BoxResult<()> {
 }
 
 fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("oubli-bench-engine: {e}\n\n{HELP}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("oubli-bench-engine: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_of("oubli-bench-engine", HELP, parse_args, run)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ mod zipf;
 
 use oubli_bench_engine::report::{say, Rec, MIB};
 use oubli_bench_engine::store::BoxResult;
-use oubli_bench_engine::{free_space, parse_size};
+use oubli_bench_engine::{free_space, main_of, parse_size, Args};
 use phases::{ForestSizes, ThroughputSizes};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -128,36 +128,40 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         Config::full()
     };
     let mut work = None;
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
-        match flag.as_str() {
+    let mut args = Args::new(args);
+    while let Some(flag) = args.next_arg() {
+        let f = flag.as_str();
+        match f {
             "-h" | "--help" => return Err(String::new()),
             "--quick" => {}
-            "--rounds" => c.rounds = number(value()?)?.max(1) as usize,
+            "--rounds" => c.rounds = args.number(f)?.max(1) as usize,
             "--sizes" => {
-                c.sizes = value()?
+                c.sizes = args
+                    .value(f)?
                     .split(',')
                     .map(|s| parse_size(s).map(|b| (b / MIB).max(1) * MIB))
                     .collect::<Result<_, _>>()?
             }
-            "--commit-runs" => c.commit_runs = number(value()?)?.max(1) as usize,
-            "--deletions" => c.deletions = number(value()?)?.max(1),
+            "--commit-runs" => c.commit_runs = args.number(f)?.max(1) as usize,
+            "--deletions" => c.deletions = args.number(f)?.max(1),
             "--epoch-seconds" => {
-                c.epoch_seconds = value()?.parse().map_err(|_| "bad --epoch-seconds")?
+                c.epoch_seconds = args.value(f)?.parse().map_err(|_| "bad --epoch-seconds")?
             }
-            "--epoch" => c.epoch = number(value()?)?.max(1),
-            "--seed" => c.seed = number(value()?)?,
+            "--epoch" => c.epoch = args.number(f)?.max(1),
+            "--seed" => c.seed = args.number(f)?,
             "--only" => {
-                c.only = value()?.split(',').map(|s| s.trim().to_string()).collect();
+                c.only = args
+                    .value(f)?
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect();
                 if let Some(bad) = c.only.iter().find(|p| !PHASES.contains(&p.as_str())) {
                     return Err(format!("unknown phase {bad:?} in --only"));
                 }
             }
-            f if f.starts_with('-') => return Err(format!("unknown option {f}")),
-            _ if work.is_none() => work = Some(PathBuf::from(&flag)),
-            _ => return Err(format!("unexpected argument {flag:?}")),
+            _ if f.starts_with('-') => return Err(format!("unknown option {f}")),
+            _ if work.is_none() => work = Some(PathBuf::from(f)),
+            _ => return Err(format!("unexpected argument {f:?}")),
         }
     }
     c.work = work.ok_or("missing WORKDIR")?;
@@ -253,42 +257,22 @@ fn run(c: &Config) -> BoxResult<()> {
 }
 
 fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("oubli-bench-schemes: {e}\n\n{HELP}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("oubli-bench-schemes: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_of("oubli-bench-schemes", HELP, parse_args, run)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
     #[test]
     fn options() {
-        let c = parse_args(args("/tmp/x --quick --sizes 1M,2G --only forest,epochs")).unwrap();
+        let parse = |line: &str| parse_args(line.split_whitespace().map(String::from).collect());
+        let c = parse("/tmp/x --quick --sizes 1M,2G --only forest,epochs").unwrap();
         assert!(c.quick && c.rounds == 1);
         assert_eq!(c.sizes, vec![MIB, 2048 * MIB]);
         assert!(c.only.contains("forest") && !c.only.contains("throughput"));
         assert_eq!(Config::full().rounds, 3);
-        assert!(parse_args(args("/x --only nope")).is_err());
-        assert!(parse_args(args("--quick")).is_err());
+        assert!(parse("/x --only nope").is_err());
+        assert!(parse("--quick").is_err());
     }
 }

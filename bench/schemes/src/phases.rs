@@ -164,11 +164,7 @@ pub fn commit_vs_size(work: &Path, sizes: &[u64], runs: usize, seed: u64) -> Box
     for &bytes in sizes {
         let mut open = Vec::new();
         for scheme in SCHEMES {
-            let s = SchemeStore::create(
-                &work.join(format!("size-{}", scheme.0)),
-                scheme,
-                EpochPolicy::manual(),
-            )?;
+            let s = SchemeStore::create_manual(work, "size", scheme)?;
             let fill = Instant::now();
             let objects = filled(&s, bytes)?;
             let fill_s = fill.elapsed().as_secs_f64();
@@ -222,11 +218,7 @@ pub fn commit_vs_size(work: &Path, sizes: &[u64], runs: usize, seed: u64) -> Box
 pub fn deletion_latency(work: &Path, base: u64, deletions: u64, file_size: u64) -> BoxResult<()> {
     let mut open = Vec::new();
     for scheme in SCHEMES {
-        let s = SchemeStore::create(
-            &work.join(format!("delete-{}", scheme.0)),
-            scheme,
-            EpochPolicy::manual(),
-        )?;
+        let s = SchemeStore::create_manual(work, "delete", scheme)?;
         workloads::preallocated(&s.store, base, 7)?;
         open.push((s, Vec::new()));
     }
@@ -337,11 +329,7 @@ pub fn forest_over_time(work: &Path, z: &ForestSizes, seed: u64) -> BoxResult<()
         ("forest-consolidated", khf, true),
         ("key-storage-area", ksa, false),
     ] {
-        let s = SchemeStore::create(
-            &work.join(format!("forest-{label}")),
-            scheme,
-            EpochPolicy::manual(),
-        )?;
+        let s = SchemeStore::create_manual(work, label, scheme)?;
         stores.push((label, s, consolidates));
     }
     let mut payload = Payload::new(BLOCK as usize, 9);

@@ -65,6 +65,19 @@ impl SchemeStore {
         })
     }
 
+    /// A store of phase `phase` under `scheme` in `work`, committed only by hand (the stores of a phase stay open side by side).
+    pub fn create_manual(
+        work: &Path,
+        phase: &str,
+        scheme: (&'static str, u8),
+    ) -> BoxResult<SchemeStore> {
+        SchemeStore::create(
+            &work.join(format!("{phase}-{}", scheme.0)),
+            scheme,
+            EpochPolicy::manual(),
+        )
+    }
+
     /// Closes the store and deletes its medium and vault.
     pub fn remove(self) {
         let SchemeStore { store, dir, .. } = self;

@@ -6,13 +6,10 @@
 //! JSON lines into the ratio table and `bench/out/engine.png`.
 
 mod aead;
-mod plain;
-mod report;
 mod scale;
 mod stall;
-mod store;
-mod timed;
 
+use oubli_bench_engine::{free_space, main_of, parse_size, plain, report, store};
 use report::{mb_per_s, say, Rec, MIB};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -75,28 +72,6 @@ struct Config {
     only: HashSet<String>,
     seed: u64,
     keep: bool,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s
-        .trim()
-        .trim_end_matches(['B', 'b'])
-        .trim_end_matches(['i', 'I']);
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size {s:?} (e.g. 100M, 2G)"))?;
-    if n < 0.0 {
-        return Err(format!("bad size {s:?}"));
-    }
-    Ok((n * mult as f64) as u64)
 }
 
 /// A comma-separated list of counts.
@@ -188,18 +163,6 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         return Err("--commit-runs and --size-runs must be at least 1".into());
     }
     Ok(c)
-}
-
-/// Bytes available to an unprivileged user on the file system holding `path`.
-fn free_space(path: &std::path::Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    // SAFETY: statvfs only writes into the zeroed struct we pass; `c` is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// Peak disk use of the selected benchmarks (each removes its files before the next starts).
@@ -413,24 +376,7 @@ fn run(c: &Config) -> BoxResult<()> {
 }
 
 fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("oubli-bench-engine: {e}\n\n{HELP}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("oubli-bench-engine: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_of("oubli-bench-engine", HELP, parse_args, run)
 }
 
 #[cfg(test)]
@@ -439,15 +385,6 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("100MiB").unwrap(), 100 << 20);
-        assert_eq!(parse_size("1.5K").unwrap(), 1536);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("lots").is_err());
     }
 
     #[test]

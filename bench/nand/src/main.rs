@@ -368,22 +368,5 @@ fn run(c: &Config) -> BoxResult<()> {
 }
 
 fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("oubli-bench-nand: {e}\n\n{HELP}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("oubli-bench-nand: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    oubli_bench_engine::main_of("oubli-bench-nand", HELP, parse_args, run)
 }

@@ -126,8 +126,8 @@ def main():
         "2. Key metadata after each workload's commit (round 0): units = cells + tree nodes; total = units x key reference + "
         "scheme state",
         ["workload", "scheme", "units", "ref B/unit", "state B", "total B", "B/unit", "vs pp", "forest/area"], rows))
-    out.append("   The node format keeps a 32-byte slot per unit under every scheme today; `ref B/unit` is what the "
-               "scheme needs (DESIGN §16).\n")
+    out.append("   `ref B/unit` is what the scheme needs (DESIGN §16); since format 5 a leaf stores a cell's index "
+               "reference as a varint (inner nodes and the log keep 32 bytes).\n")
 
     # Commit vs store size.
     cs = by(records, "commit_size")

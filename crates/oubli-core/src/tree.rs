@@ -146,7 +146,10 @@ impl Value {
     fn approx_size(&self) -> usize {
         match self {
             Value::Object(r) => 12 + r.meta.len(),
-            Value::Cell(c) => 44 + 10 * c.holes.len(),
+            Value::Cell(c) => {
+                let key = if short_key(&c.key).is_some() { 9 } else { 32 };
+                12 + key + 10 * c.holes.len()
+            }
             Value::Names(b) => 2 + b.entries.iter().map(|(n, _)| n.len() + 10).sum::<usize>(),
             Value::Share(_) | Value::CellSize(_) => 5,
         }
@@ -717,13 +720,33 @@ const F_NEXT_OFF: u8 = 4;
 const F_NEXT_ADDR: u8 = 8;
 /// A cell entry followed by its holes (format 4).
 const F_HOLES: u8 = 16;
-const KNOWN_FLAGS: u8 = F_SAME_OID | F_SAME_KIND | F_NEXT_OFF | F_NEXT_ADDR | F_HOLES;
+/// A cell whose key reference is an index (format 5): a varint of its first
+/// 8 bytes, the other 24 being zero — what the keyed hash forest and the
+/// key storage area store (a leaf index, a position) instead of a key.
+const F_SHORT_KEY: u8 = 32;
+const KNOWN_FLAGS: u8 = F_SAME_OID | F_SAME_KIND | F_NEXT_OFF | F_NEXT_ADDR | F_HOLES | F_SHORT_KEY;
 
 fn put_key_ref(w: &mut Writer, k: &KeyRef) {
     w.raw(k.expose());
 }
 fn get_key_ref(r: &mut Reader) -> Result<KeyRef, DecodeError> {
     Ok(KeyRef::from_bytes(r.array()?))
+}
+
+/// The index a key reference stands for, if it is one (all but its first
+/// 8 bytes zero); a random 32-byte key is not, but for a chance of 2^-192.
+fn short_key(k: &KeyRef) -> Option<u64> {
+    let bytes = k.expose();
+    bytes[8..]
+        .iter()
+        .all(|&b| b == 0)
+        .then(|| u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+}
+
+fn short_key_ref(index: u64) -> KeyRef {
+    let mut bytes = [0u8; oubli_crypto::KEY_REF_LEN];
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    KeyRef::from_bytes(bytes)
 }
 
 /// A cell's holes: `varint n`, then per hole `varint gap` (from the end of
@@ -788,6 +811,9 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                 if matches!(v, Value::Cell(c) if !c.holes.is_empty()) {
                     flags |= F_HOLES;
                 }
+                if matches!(v, Value::Cell(c) if short_key(&c.key).is_some()) {
+                    flags |= F_SHORT_KEY;
+                }
                 w.u8(flags);
                 if flags & F_SAME_OID == 0 {
                     w.varint(k.oid);
@@ -810,7 +836,10 @@ pub fn encode_node(node: &Node) -> Vec<u8> {
                         if flags & F_NEXT_ADDR == 0 {
                             w.varint(c.addr);
                         }
-                        put_key_ref(&mut w, &c.key);
+                        match short_key(&c.key) {
+                            Some(index) => w.varint(index),
+                            None => put_key_ref(&mut w, &c.key),
+                        }
                         if !c.holes.is_empty() {
                             put_holes(&mut w, &c.holes);
                         }
@@ -899,7 +928,11 @@ pub fn decode_node(bytes: &[u8]) -> Result<Node, DecodeError> {
                     } else {
                         r.varint()?
                     };
-                    let key = get_key_ref(&mut r)?;
+                    let key = if flags & F_SHORT_KEY != 0 {
+                        short_key_ref(r.varint()?)
+                    } else {
+                        get_key_ref(&mut r)?
+                    };
                     let holes = if flags & F_HOLES != 0 {
                         get_holes(
                             &mut r,
@@ -986,6 +1019,36 @@ pub fn cell_entry_len(c: &CellRef) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_key_references_are_stored_short_and_read_back_whole() {
+        let cell = |key: KeyRef| {
+            Value::Cell(CellRef {
+                start: 0,
+                len: 4096,
+                addr: 1 << 32,
+                key,
+                holes: Vec::new(),
+            })
+        };
+        let index = short_key_ref(1 << 40);
+        let random = KeyRef::from_bytes([0xa5; 32]);
+        let short = Node::Leaf(vec![(Key::new(7, KIND_CELL, 0), cell(index.clone()))]);
+        let long = Node::Leaf(vec![(Key::new(7, KIND_CELL, 0), cell(random.clone()))]);
+        let (s, l) = (encode_node(&short), encode_node(&long));
+        assert!(
+            s.len() + 24 <= l.len(),
+            "{} against {} bytes",
+            s.len(),
+            l.len()
+        );
+        for (bytes, key) in [(s, index), (l, random)] {
+            let Node::Leaf(entries) = decode_node(&bytes).unwrap() else {
+                panic!("a leaf")
+            };
+            assert_eq!(entries[0].1, cell(key));
+        }
+    }
 
     #[test]
     fn a_decoded_node_is_counted_by_its_memory_not_its_sealed_size() {

@@ -81,6 +81,20 @@ fn compute() -> Vec<(&'static str, String)> {
     // Format 5: an object whose cells are not the store's.
     let node = Node::Leaf(vec![(Key::new(7, KIND_CELLS, 0), Value::CellSize(4096))]);
     out.push(("leaf-cell-size-plain", hex(&encode_node(&node))));
+    // Format 5: a cell whose key reference is an index (a forest leaf).
+    let mut index = [0u8; 32];
+    index[..8].copy_from_slice(&300_000u64.to_le_bytes());
+    let node = Node::Leaf(vec![(
+        Key::new(7, KIND_CELL, 0),
+        Value::Cell(CellRef {
+            start: 0,
+            len: 4096,
+            addr: 1 << 32,
+            key: KeyRef::from_bytes(index),
+            holes: Vec::new(),
+        }),
+    )]);
+    out.push(("leaf-short-key-plain", hex(&encode_node(&node))));
 
     let header = Header {
         version: FORMAT_VERSION,

@@ -232,7 +232,7 @@ impl Engine {
             epoch: self.epoch,
             committed_at: self.committed_at,
             seconds_since_commit: since,
-            pending_deletions: self.stats.deletions,
+            pending_deletions: self.stats.deletions + self.stats.overwrites,
             pending_erasure_bytes: self.stats.freed_bytes,
             bytes_written_this_epoch: self.stats.bytes_written,
             live_bytes: self.live_bytes,

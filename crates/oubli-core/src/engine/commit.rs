@@ -350,7 +350,8 @@ impl Engine {
             return true;
         }
         let p = &self.policy;
-        let changed = self.stats.bytes_written > 0 || self.stats.deletions > 0;
+        let changed =
+            self.stats.bytes_written > 0 || self.stats.deletions > 0 || self.stats.overwrites > 0;
         p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
             || p.deletions.is_some_and(|d| self.stats.deletions >= d)
             || (changed

@@ -224,9 +224,15 @@ struct Shared {
 #[derive(Default, Clone)]
 pub(super) struct EpochStats {
     bytes_written: u64,
-    /// Deletion events: unlinks, deleted objects, truncates, punches and
-    /// overwrites of sealed data.
+    /// Deletion events: unlinks, deleted objects, truncates and punches.
     deletions: u64,
+    /// Writes that replaced sealed bytes: deletions too (`pending_deletions`
+    /// counts them), but the epoch policy's deletion trigger does not — in
+    /// a database or a VM image they are the steady state, and a commit
+    /// every N of them would tie the commit rate (and a TPM's or a token's
+    /// writes) to the write rate. Their bytes count against the byte
+    /// trigger; the interval bounds how long they stay recoverable.
+    overwrites: u64,
     freed_bytes: u64,
     /// Sealed units that left the tree (replaced or dropped).
     units_freed: u64,
@@ -238,6 +244,7 @@ impl EpochStats {
         EpochStats {
             bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
             deletions: self.deletions.saturating_sub(earlier.deletions),
+            overwrites: self.overwrites.saturating_sub(earlier.overwrites),
             freed_bytes: self.freed_bytes.saturating_sub(earlier.freed_bytes),
             units_freed: self.units_freed.saturating_sub(earlier.units_freed),
         }

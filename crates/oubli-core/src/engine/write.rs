@@ -427,7 +427,7 @@ impl Engine {
             self.discard_run(run);
         }
         if overwrote || self.stats.units_freed > freed_before {
-            self.stats.deletions += 1;
+            self.stats.overwrites += 1;
         }
         if end > record.size {
             record.size = end;

@@ -92,6 +92,17 @@ impl Env {
         ])
     }
 
+    /// `oubli audit --with-copy COPY`, run with the vault `vault` instead of the store's.
+    fn audit_with_vault(&self, vault: &Path, copy: &Path) -> assert_cmd::assert::Assert {
+        self.cmd()
+            .arg("--vault")
+            .arg(vault)
+            .arg("audit")
+            .arg("--with-copy")
+            .arg(copy)
+            .assert()
+    }
+
     /// The largest segment file: the one holding the data cells.
     fn largest_segment(&self) -> PathBuf {
         fs::read_dir(self.store.join("segments"))
@@ -290,14 +301,7 @@ fn every_key_scheme_erases_at_commit_and_reports_itself() {
         let after = env.audit_with_copy(&old_store);
         assert_eq!(after["verdict"], "ok", "{scheme}: {after}");
         assert_eq!(after["leaked_units"], 0, "{scheme}");
-        env.cmd()
-            .arg("--vault")
-            .arg(&old_vault)
-            .arg("audit")
-            .arg("--with-copy")
-            .arg(&old_store)
-            .assert()
-            .code(10);
+        env.audit_with_vault(&old_vault, &old_store).code(10);
         let status = env.json(&["status", "--json"]);
         assert_eq!(status["key_scheme"], scheme, "{status}");
         assert_eq!(status["key_ref_bytes"], ref_bytes, "{status}");
@@ -579,13 +583,7 @@ fn old_copy_of_the_vault_too_is_caught() {
     // The control: with the vault copied as well, the deleted data opens,
     // and the audit must say so. This proves the check can fail.
     let (env, old_store, old_vault) = copied_then_deleted();
-    env.cmd()
-        .arg("--vault")
-        .arg(&old_vault)
-        .arg("audit")
-        .arg("--with-copy")
-        .arg(&old_store)
-        .assert()
+    env.audit_with_vault(&old_vault, &old_store)
         .code(10)
         .stdout(predicate::str::contains("ERASURE FAILURE"))
         .stderr(predicate::str::contains("erasure failure"));
@@ -608,13 +606,7 @@ fn old_copy_of_the_vault_too_is_caught() {
     // An old vault that opens nothing it is given is just the wrong vault.
     let new_copy = env.path("new-store");
     copy_dir(&env.store, &new_copy);
-    env.cmd()
-        .arg("--vault")
-        .arg(&old_vault)
-        .arg("audit")
-        .arg("--with-copy")
-        .arg(&new_copy)
-        .assert()
+    env.audit_with_vault(&old_vault, &new_copy)
         .code(6)
         .stderr(predicate::str::contains("old copy"));
 }

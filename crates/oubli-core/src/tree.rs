@@ -472,19 +472,33 @@ impl Tree {
     /// `rewrite_value` change leaf values in place (returning true when it
     /// did). Subtrees that need neither are left untouched. Used by the
     /// cleaner to move live units out of victim segments.
+    ///
+    /// The nodes it changes stay in memory until a commit, so it stops
+    /// changing any once they take `budget` bytes (counted down); returns
+    /// whether it went through the whole tree (false: call it again after
+    /// a commit for the rest).
     pub fn rewrite(
         &mut self,
         src: &dyn NodeSource,
         freed: &mut Vec<NodePtr>,
+        budget: &mut usize,
         rewrite_node: &dyn Fn(&NodePtr) -> bool,
         rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let mut complete = true;
         if let Some((root, level)) = &mut self.root {
             let copied = freed.len();
-            rewrite_rec(root, *level, src, freed, rewrite_node, rewrite_value)?;
+            let mut rw = Rewrite {
+                src,
+                budget,
+                complete: &mut complete,
+                rewrite_node,
+                rewrite_value,
+            };
+            rw.node(root, *level, freed)?;
             self.dirty_nodes += freed.len() - copied;
         }
-        Ok(())
+        Ok(complete)
     }
 }
 
@@ -668,47 +682,50 @@ fn walk_rec(
     Ok(())
 }
 
-fn rewrite_rec(
-    child: &mut Child,
-    level: u8,
-    src: &dyn NodeSource,
-    freed: &mut Vec<NodePtr>,
-    rewrite_node: &dyn Fn(&NodePtr) -> bool,
-    rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
-) -> Result<bool> {
-    let must_copy = matches!(child, Child::Disk(p) if rewrite_node(p));
-    let node = child_node(child, level, src)?;
-    // First find out, without copying, whether anything below changes.
-    let mut changed = must_copy;
-    let mut scratch = (*node).clone();
-    match &mut scratch {
-        Node::Leaf(entries) => {
-            for (k, v) in entries.iter_mut() {
-                changed |= rewrite_value(k, v)?;
+/// One [`Tree::rewrite`] walk: what it asks, and what it may still change.
+struct Rewrite<'a> {
+    src: &'a dyn NodeSource,
+    budget: &'a mut usize,
+    complete: &'a mut bool,
+    rewrite_node: &'a dyn Fn(&NodePtr) -> bool,
+    rewrite_value: &'a mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
+}
+
+impl Rewrite<'_> {
+    /// Rewrites `child`'s subtree; returns whether it changed.
+    fn node(&mut self, child: &mut Child, level: u8, freed: &mut Vec<NodePtr>) -> Result<bool> {
+        if *self.budget == 0 {
+            *self.complete = false;
+            return Ok(false);
+        }
+        let must_copy = matches!(child, Child::Disk(p) if (self.rewrite_node)(p));
+        let node = child_node(child, level, self.src)?;
+        // First find out, without copying, whether anything below changes.
+        let mut changed = must_copy;
+        let mut scratch = (*node).clone();
+        match &mut scratch {
+            Node::Leaf(entries) => {
+                for (k, v) in entries.iter_mut() {
+                    changed |= (self.rewrite_value)(k, v)?;
+                }
+            }
+            Node::Inner(level, children) => {
+                let mut child_freed = Vec::new();
+                for (_, c) in children.iter_mut() {
+                    changed |= self.node(c, *level - 1, &mut child_freed)?;
+                }
+                freed.extend(child_freed);
             }
         }
-        Node::Inner(level, children) => {
-            let mut child_freed = Vec::new();
-            for (_, c) in children.iter_mut() {
-                changed |= rewrite_rec(
-                    c,
-                    *level - 1,
-                    src,
-                    &mut child_freed,
-                    rewrite_node,
-                    rewrite_value,
-                )?;
+        if changed {
+            if let Child::Disk(p) = child {
+                freed.push(p.clone());
             }
-            freed.extend(child_freed);
+            *self.budget = self.budget.saturating_sub(scratch.mem_bytes());
+            *child = Child::Mem(Arc::new(scratch));
         }
+        Ok(changed)
     }
-    if changed {
-        if let Child::Disk(p) = child {
-            freed.push(p.clone());
-        }
-        *child = Child::Mem(Arc::new(scratch));
-    }
-    Ok(changed)
 }
 
 // ---------------------------------------------------------------------------

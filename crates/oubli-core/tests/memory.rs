@@ -1,8 +1,8 @@
-//! The engine's memory between commits is bounded: changed tree nodes past `Options::dirty_tree_bytes` make the store commit, and changes waiting for the intent log are logged by themselves.
+//! The engine's memory between commits is bounded: changed tree nodes past `Options::dirty_tree_bytes` make the store (and the cleaner, part way) commit, and changes waiting for the intent log are logged by themselves.
 
 mod common;
 
-use oubli_core::{CreateOptions, Options, Store, ROOT_DIR};
+use oubli_core::{CreateOptions, Options, Store, Vault, ROOT_DIR};
 use oubli_media::{MemMedium, TearMode};
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
@@ -76,4 +76,57 @@ fn many_changes_without_a_flush_are_logged_by_themselves() {
     // Empty: not even the first change survived.
     let kept = meta.try_into().map_or(0, u32::from_le_bytes);
     assert!(kept >= 60_000, "only the first {kept} changes survived");
+}
+
+/// How many commits a cleaner run over a store of many small files makes,
+/// with changed tree nodes capped at `dirty_tree_bytes`.
+fn commits_of_a_cleaner_run(dirty_tree_bytes: u64) -> u64 {
+    // Small segments, so that the store's nodes and cells spread over many.
+    let medium = Arc::new(MemMedium::with_segment_capacity(64 << 10));
+    let vault = Arc::new(MemoryVault::empty());
+    let v = vault.clone();
+    let options = options(dirty_tree_bytes as usize);
+    let s = Store::create(
+        medium.clone(),
+        move |r| {
+            v.store(r)?;
+            Ok(v)
+        },
+        CreateOptions::default(),
+        options.clone(),
+    )
+    .unwrap();
+    let oids = make_files(&s, 20_000);
+    s.commit().unwrap();
+    // Three files in four go: every segment keeps some live units.
+    for (i, &oid) in oids.iter().enumerate().filter(|(i, _)| i % 4 != 0) {
+        s.unlink(ROOT_DIR, format!("f{i}").as_bytes()).unwrap();
+        s.delete(oid).unwrap();
+    }
+    s.commit().unwrap();
+    let before = s.status().unwrap().epoch;
+    let report = s.gc(1.0).unwrap();
+    assert!(report.segments_deleted > 10, "{report:?}");
+    let commits = s.status().unwrap().epoch - before;
+    // What stays is whole, also after a reopen.
+    drop(s);
+    let s = Store::open(medium, vault, options).unwrap();
+    for (i, &oid) in oids.iter().enumerate().step_by(4) {
+        let name = format!("f{i}");
+        assert_eq!(s.lookup(ROOT_DIR, name.as_bytes()).unwrap(), Some(oid));
+        assert_eq!(s.read(oid, 0, 8).unwrap(), (i as u64).to_le_bytes());
+    }
+    commits
+}
+
+#[test]
+fn the_cleaner_commits_on_the_way_when_what_it_moves_passes_the_cap() {
+    // A generous cap: the cleaner's own two commits (before, to free what
+    // the tree no longer reaches, and after, to drop its victims).
+    assert_eq!(commits_of_a_cleaner_run(64 << 20), 2);
+    // A small one: relocating decodes and changes the nodes on the way to
+    // every unit moved, so the cleaner stops at the cap, commits what it
+    // changed and goes on.
+    let commits = commits_of_a_cleaner_run(256 << 10);
+    assert!(commits > 3, "only {commits} commits under a 256 KiB cap");
 }

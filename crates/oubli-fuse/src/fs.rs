@@ -92,6 +92,54 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Inodes kept whole in memory. The kernel references every inode it has
+/// in its cache (a million after a walk of a million files) until memory
+/// pressure makes it forget them; past this many, clean inodes nobody is
+/// using are shed to their lookup count and loaded again when asked for, so
+/// the mount's memory does not grow with the kernel's cache (about 300 B per
+/// whole inode, 32 B per shed one).
+pub(crate) const LOADED_INODES_MAX: usize = 1 << 16;
+
+/// The inodes the kernel knows: whole, or shed to their lookup count.
+#[derive(Default)]
+struct Inodes {
+    loaded: HashMap<u64, Arc<Node>>,
+    /// Lookups of inodes whose state was dropped (clean, unused, not deleted).
+    shed: HashMap<u64, u64>,
+}
+
+impl Inodes {
+    fn insert(&mut self, oid: u64, node: Arc<Node>) {
+        self.loaded.insert(oid, node);
+        if self.loaded.len() > LOADED_INODES_MAX {
+            self.shed_unused(LOADED_INODES_MAX / 4);
+        }
+    }
+
+    /// Sheds up to `count` inodes that only this table holds (no request
+    /// has them: every `Arc` is cloned under the table's lock) and that hold
+    /// nothing the store lacks: no open handle, no pending attribute, not
+    /// deleted (an unlinked inode lives only here until forgotten).
+    fn shed_unused(&mut self, count: usize) {
+        let victims: Vec<(u64, u64)> = self
+            .loaded
+            .iter()
+            .filter(|(&oid, node)| oid != ROOT_DIR && Arc::strong_count(node) == 1)
+            .filter_map(|(&oid, node)| {
+                let st = node.st.try_lock().ok()?;
+                (st.opens == 0 && !st.dirty && !st.deleted).then_some((oid, st.lookups))
+            })
+            .take(count)
+            .collect();
+        for (oid, lookups) in victims {
+            self.loaded.remove(&oid);
+            if lookups > 0 {
+                self.shed.insert(oid, lookups);
+            }
+        }
+    }
+}
+
 /// One inode in memory.
 pub(crate) struct Node {
     oid: u64,
@@ -169,7 +217,7 @@ pub(crate) struct SetAttr {
 pub(crate) struct Fs {
     pub(crate) store: Arc<Store>,
     gate: RwLock<()>,
-    table: Mutex<HashMap<u64, Arc<Node>>>,
+    table: Mutex<Inodes>,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_fh: AtomicU64,
     orphans: u64,
@@ -320,7 +368,7 @@ impl Fs {
         let fs = Fs {
             store,
             gate: RwLock::new(()),
-            table: Mutex::new(HashMap::new()),
+            table: Mutex::new(Inodes::default()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             orphans: record.orphans,
@@ -390,7 +438,7 @@ impl Fs {
     /// The inode in memory, loading it if needed; `lookups` references are added for the kernel.
     fn node_ref(&self, oid: u64, lookups: u64) -> R<Arc<Node>> {
         let mut table = lock(&self.table);
-        let node = match table.get(&oid) {
+        let node = match table.loaded.get(&oid) {
             Some(n) => n.clone(),
             None => {
                 let (attr, size) = self.fetch(oid)?;
@@ -400,7 +448,7 @@ impl Fs {
                         attr,
                         size,
                         dirty: false,
-                        lookups: 0,
+                        lookups: table.shed.remove(&oid).unwrap_or(0),
                         opens: 0,
                         deleted: false,
                         stored: std::cell::Cell::new(None),
@@ -422,13 +470,13 @@ impl Fs {
 
     /// The inode if it is in memory (the table lock is released on return).
     fn cached(&self, oid: u64) -> Option<Arc<Node>> {
-        lock(&self.table).get(&oid).cloned()
+        lock(&self.table).loaded.get(&oid).cloned()
     }
 
     /// Drops an inode from memory once neither the kernel nor a handle uses it (writing back pending changes).
     fn evict_if_unused(&self, oid: u64) {
         let mut table = lock(&self.table);
-        let Some(node) = table.get(&oid).cloned() else {
+        let Some(node) = table.loaded.get(&oid).cloned() else {
             return;
         };
         let mut st = lock(&node.st);
@@ -441,7 +489,7 @@ impl Fs {
                 eprintln!("oubli-fuse: writing back attributes of {oid}: {e:?}");
             }
         }
-        table.remove(&oid);
+        table.loaded.remove(&oid);
     }
 
     /// Writes an inode's attributes to its object.
@@ -458,7 +506,7 @@ impl Fs {
 
     /// Attributes of an object for a listing, without keeping it in memory.
     fn peek_kind(&self, oid: u64) -> Option<FileType> {
-        if let Some(node) = lock(&self.table).get(&oid) {
+        if let Some(node) = lock(&self.table).loaded.get(&oid) {
             return Some(kind_of(lock(&node.st).attr.mode));
         }
         self.fetch(oid).ok().map(|(a, _)| kind_of(a.mode))
@@ -580,6 +628,16 @@ impl Fs {
     }
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
+        {
+            let mut table = lock(&self.table);
+            if let Some(lookups) = table.shed.get_mut(&ino) {
+                *lookups = lookups.saturating_sub(n);
+                if *lookups == 0 {
+                    table.shed.remove(&ino);
+                }
+                return;
+            }
+        }
         if let Some(node) = self.cached(ino) {
             let mut st = lock(&node.st);
             st.lookups = st.lookups.saturating_sub(n);
@@ -1717,7 +1775,10 @@ impl Fs {
             None => (used + (1 << 40), 1 << 40, 1 << 40),
         };
         let files: u64 = 1 << 32;
-        let inodes = lock(&self.table).len() as u64;
+        let inodes = {
+            let table = lock(&self.table);
+            (table.loaded.len() + table.shed.len()) as u64
+        };
         Ok(FsStat {
             blocks: total / bsize,
             bfree: free / bsize,
@@ -1730,7 +1791,7 @@ impl Fs {
 
     /// Writes back every pending attribute change.
     fn persist_all(&self) {
-        let nodes: Vec<Arc<Node>> = lock(&self.table).values().cloned().collect();
+        let nodes: Vec<Arc<Node>> = lock(&self.table).loaded.values().cloned().collect();
         for node in nodes {
             let mut st = lock(&node.st);
             if st.dirty {
@@ -2123,5 +2184,72 @@ mod tests {
         assert_eq!(fs.read(oid, 0, 100).unwrap(), b"from the CLI");
         let root = fs.getattr(ROOT_DIR).unwrap();
         assert_eq!((root.kind, root.perm), (FileType::Directory, 0o755));
+    }
+
+    #[test]
+    fn inodes_past_the_cap_are_shed_and_come_back_whole() {
+        let store = store();
+        let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+        let keep_open = fs.create(ROOT_DIR, b"open", 0o600, 0, ME).unwrap().ino.0;
+        let unlinked = fs.create(ROOT_DIR, b"gone", 0o600, 0, ME).unwrap().ino.0;
+        fs.unlink(ROOT_DIR, b"gone").unwrap();
+        fs.release(unlinked); // deleted, still known to the kernel
+        let count = LOADED_INODES_MAX + 5_000;
+        let inos: Vec<u64> = (0..count)
+            .map(|i| {
+                let name = format!("f{i}");
+                let ino = fs.create(ROOT_DIR, name.as_bytes(), 0o600 | (i as u32 & 0o77), 0, ME);
+                let ino = ino.unwrap().ino.0;
+                fs.release(ino);
+                if i % 2 == 1 {
+                    fs.lookup(ROOT_DIR, name.as_bytes()).unwrap(); // a second reference
+                }
+                ino
+            })
+            .collect();
+        {
+            let table = lock(&fs.table);
+            assert!(
+                table.loaded.len() <= LOADED_INODES_MAX,
+                "{}",
+                table.loaded.len()
+            );
+            assert!(table.shed.len() >= count - LOADED_INODES_MAX);
+            for kept in [ROOT_DIR, keep_open, unlinked] {
+                assert!(table.loaded.contains_key(&kept), "{kept} was shed");
+            }
+        }
+        // A shed inode comes back whole, with the change made to it kept.
+        let first = inos[0];
+        let req = SetAttr {
+            mode: Some(0o640),
+            ..SetAttr::default()
+        };
+        fs.setattr(first, req, ME).unwrap();
+        for (i, &ino) in inos.iter().enumerate().skip(1) {
+            assert_eq!(fs.getattr(ino).unwrap().perm, 0o600 | (i as u16 & 0o77));
+        }
+        assert_eq!(fs.getattr(first).unwrap().perm, 0o640);
+        assert_eq!(fs.getattr(unlinked).unwrap().nlink, 0);
+        // The kernel's lookups were carried through shedding: after one
+        // forget each, the inodes looked up twice are still known.
+        for &ino in inos.iter().chain([&unlinked]) {
+            fs.forget(ino, 1);
+        }
+        {
+            let table = lock(&fs.table);
+            for (i, ino) in inos.iter().enumerate() {
+                let known = table.loaded.contains_key(ino) || table.shed.contains_key(ino);
+                assert_eq!(known, i % 2 == 1, "inode {i}");
+            }
+        }
+        for &ino in inos.iter().skip(1).step_by(2) {
+            fs.forget(ino, 1);
+        }
+        let table = lock(&fs.table);
+        assert!(table.shed.is_empty(), "{} shed left", table.shed.len());
+        let mut left: Vec<u64> = table.loaded.keys().copied().collect();
+        left.sort();
+        assert_eq!(left, vec![ROOT_DIR, keep_open]);
     }
 }

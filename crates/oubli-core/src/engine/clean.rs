@@ -20,8 +20,7 @@ impl Store {
 /// Copies the live cells of victim segments to the end of the data
 /// segments, remembering where each went so that a cell several roots
 /// share is copied once and every root points at the same copy.
-struct Mover<'a> {
-    victims: &'a BTreeSet<SegmentId>,
+struct Mover {
     out: Appender,
     moved: HashMap<u64, u64>,
     bytes: u64,
@@ -30,6 +29,7 @@ struct Mover<'a> {
 /// Appends units to the data segments while the tree is borrowed (the
 /// engine's own `append_unit` needs it whole); the engine takes its
 /// position back with [`Appender::give_back`].
+#[derive(Clone, Copy)]
 pub(super) struct Appender {
     pub(super) data_segment: Option<(SegmentId, u64)>,
     pub(super) next_segment: SegmentId,
@@ -69,12 +69,21 @@ impl Appender {
     }
 }
 
-impl Mover<'_> {
-    fn relocate(&mut self, tree: &mut Tree, ctx: &Ctx, freed: &mut Vec<NodePtr>) -> Result<()> {
-        let victims = self.victims;
+impl Mover {
+    /// Moves what `tree` has in `victims`, changing at most `budget` bytes
+    /// of nodes; returns whether it moved everything.
+    fn relocate(
+        &mut self,
+        victims: &BTreeSet<SegmentId>,
+        tree: &mut Tree,
+        ctx: &Ctx,
+        freed: &mut Vec<NodePtr>,
+        budget: &mut usize,
+    ) -> Result<bool> {
         tree.rewrite(
             ctx,
             freed,
+            budget,
             &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
             &mut |_, v| {
                 let Value::Cell(c) = v else { return Ok(false) };
@@ -213,39 +222,64 @@ impl Engine {
         }
         // Move live cells as they are (same key, same sealed bytes), once
         // however many roots share them; nodes in victims are rewritten by
-        // the commit under fresh keys. Every root is relocated: the live
-        // tree's old nodes are released, a snapshot's are shared and only
-        // traced.
+        // the commit under fresh keys. Relocating decodes and changes every
+        // node on the way to what moves (five to eight times its sealed
+        // bytes in memory, and a victim may hold 64 MiB of nodes), so a
+        // pass stops changing nodes at the changed-tree cap; the commit
+        // after it writes them out and the next pass goes on. The victims
+        // go with the commit after the pass that found nothing left in them
+        // (DESIGN §10, "Memory is bounded").
         let mut mover = Mover {
-            victims: &victims,
             out: Appender::of(self),
             moved: HashMap::new(),
             bytes: 0,
         };
+        loop {
+            mover.out = Appender::of(self);
+            let mut budget = self.dirty_tree_cap;
+            let result = self.relocate_everywhere(&mut mover, &victims, &mut budget);
+            mover.out.give_back(self);
+            match result {
+                Ok(true) => break,
+                Ok(false) => self.commit()?,
+                Err(e) => {
+                    self.poisoned = Some(format!("cleaner: {e}"));
+                    return Err(e);
+                }
+            }
+        }
+        report.bytes_moved = mover.bytes;
+        report.segments_deleted += victims.len();
+        self.doomed_segments.extend(victims.iter().copied());
+        self.commit()?;
+        Ok(report)
+    }
+
+    /// Relocates what every root has in `victims`, within one `budget` of
+    /// changed nodes; returns whether nothing is left in them. The live
+    /// tree's old nodes are released, a snapshot's are shared and only traced.
+    fn relocate_everywhere(
+        &mut self,
+        mover: &mut Mover,
+        victims: &BTreeSet<SegmentId>,
+        budget: &mut usize,
+    ) -> Result<bool> {
         let mut tree = std::mem::take(&mut self.tree);
         let mut freed = Vec::new();
-        let mut result = mover.relocate(&mut tree, &self.ctx, &mut freed);
+        let mut result = mover.relocate(victims, &mut tree, &self.ctx, &mut freed, budget);
         self.tree = tree;
         self.release_nodes(freed);
         let mut snapshots = std::mem::take(&mut self.snapshots);
         for s in snapshots.values_mut() {
-            if result.is_err() {
-                break;
-            }
-            result = mover.relocate(&mut s.tree, &self.ctx, &mut Vec::new());
+            result = match result {
+                Ok(complete) => mover
+                    .relocate(victims, &mut s.tree, &self.ctx, &mut Vec::new(), budget)
+                    .map(|done| complete && done),
+                Err(e) => Err(e),
+            };
         }
         self.snapshots = snapshots;
         self.snapshot_generation += 1;
-        let moved = mover.bytes;
-        mover.out.give_back(self);
-        if let Err(e) = result {
-            self.poisoned = Some(format!("cleaner: {e}"));
-            return Err(e);
-        }
-        report.bytes_moved = moved;
-        self.doomed_segments.extend(victims.iter().copied());
-        report.segments_deleted += victims.len();
-        self.commit()?;
-        Ok(report)
+        result
     }
 }

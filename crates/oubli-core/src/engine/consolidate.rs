@@ -64,7 +64,10 @@ impl Engine {
         let mut tree = std::mem::take(&mut self.tree);
         let mut freed = Vec::new();
         let ctx = &self.ctx;
-        let result = tree.rewrite(ctx, &mut freed, &|_| true, &mut |k, v| {
+        // Every node is rewritten at once (no budget): a pass cut short
+        // could not tell, after a commit, the nodes it already rewrote.
+        let mut unlimited = usize::MAX;
+        let result = tree.rewrite(ctx, &mut freed, &mut unlimited, &|_| true, &mut |k, v| {
             let Value::Cell(c) = v else { return Ok(false) };
             let share = match shares.get(&k.oid) {
                 None => None,

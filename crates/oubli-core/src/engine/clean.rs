@@ -113,10 +113,13 @@ impl Engine {
     /// tree, every snapshot, and the snapshot table. A unit shared by
     /// several roots counts once.
     pub(super) fn segment_usage(&self) -> Result<HashMap<SegmentId, u64>> {
+        // Only units several roots share need remembering (a set of every
+        // address would be tens of MiB at a million files).
+        let shared = !self.snapshots.is_empty();
         let mut seen = HashSet::new();
         let mut live: HashMap<SegmentId, u64> = HashMap::new();
         let mut mark = |at: u64, len: u64| {
-            if seen.insert(at) {
+            if !shared || seen.insert(at) {
                 *live.entry(addr_segment(at)).or_default() += len;
             }
         };

@@ -239,7 +239,8 @@ impl Engine {
         };
         loop {
             mover.out = Appender::of(self);
-            let mut budget = self.dirty_tree_cap;
+            // Not zero: a pass that may change nothing would never end.
+            let mut budget = self.dirty_tree_cap.max(1);
             let result = self.relocate_everywhere(&mut mover, &victims, &mut budget);
             mover.out.give_back(self);
             match result {

@@ -485,20 +485,20 @@ impl Tree {
         rewrite_node: &dyn Fn(&NodePtr) -> bool,
         rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
     ) -> Result<bool> {
-        let mut complete = true;
-        if let Some((root, level)) = &mut self.root {
-            let copied = freed.len();
-            let mut rw = Rewrite {
-                src,
-                budget,
-                complete: &mut complete,
-                rewrite_node,
-                rewrite_value,
-            };
-            rw.node(root, *level, freed)?;
-            self.dirty_nodes += freed.len() - copied;
-        }
-        Ok(complete)
+        let Some((root, level)) = &mut self.root else {
+            return Ok(true);
+        };
+        let copied = freed.len();
+        let mut rw = Rewrite {
+            src,
+            budget,
+            complete: true,
+            rewrite_node,
+            rewrite_value,
+        };
+        rw.node(root, *level, freed)?;
+        self.dirty_nodes += freed.len() - copied;
+        Ok(rw.complete)
     }
 }
 
@@ -686,7 +686,8 @@ fn walk_rec(
 struct Rewrite<'a> {
     src: &'a dyn NodeSource,
     budget: &'a mut usize,
-    complete: &'a mut bool,
+    /// False once a subtree was skipped for want of budget.
+    complete: bool,
     rewrite_node: &'a dyn Fn(&NodePtr) -> bool,
     rewrite_value: &'a mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
 }
@@ -695,7 +696,7 @@ impl Rewrite<'_> {
     /// Rewrites `child`'s subtree; returns whether it changed.
     fn node(&mut self, child: &mut Child, level: u8, freed: &mut Vec<NodePtr>) -> Result<bool> {
         if *self.budget == 0 {
-            *self.complete = false;
+            self.complete = false;
             return Ok(false);
         }
         let must_copy = matches!(child, Child::Disk(p) if (self.rewrite_node)(p));

@@ -38,7 +38,7 @@ fn compute() -> Vec<(&'static str, String)> {
     p.seal(&key, &cell_aad(7, 3, 100, 14), &mut cell);
     out.push(("cell", hex(&cell)));
 
-    let node = Node::Leaf(vec![
+    let node = Node::leaf(vec![
         (
             Key::new(7, KIND_OBJECT, 0),
             Value::Object(ObjectRecord {
@@ -73,18 +73,18 @@ fn compute() -> Vec<(&'static str, String)> {
     p.seal(&key, &node_aad(0), &mut sealed);
     out.push(("leaf-sealed", hex(&sealed)));
     // Format 4: a cell with holes inside its stored range.
-    let node = Node::Leaf(vec![(
+    let node = Node::leaf(vec![(
         Key::new(7, KIND_CELL, 2),
         Value::Cell(cell_with_holes()),
     )]);
     out.push(("leaf-holes-plain", hex(&encode_node(&node))));
     // Format 5: an object whose cells are not the store's.
-    let node = Node::Leaf(vec![(Key::new(7, KIND_CELLS, 0), Value::CellSize(4096))]);
+    let node = Node::leaf(vec![(Key::new(7, KIND_CELLS, 0), Value::CellSize(4096))]);
     out.push(("leaf-cell-size-plain", hex(&encode_node(&node))));
     // Format 5: a cell whose key reference is an index (a forest leaf).
     let mut index = [0u8; 32];
     index[..8].copy_from_slice(&300_000u64.to_le_bytes());
-    let node = Node::Leaf(vec![(
+    let node = Node::leaf(vec![(
         Key::new(7, KIND_CELL, 0),
         Value::Cell(CellRef {
             start: 0,
@@ -504,7 +504,7 @@ fn format_4_vectors_still_open() {
 /// A cell's holes survive the leaf and log encodings, and malformed holes are refused.
 #[test]
 fn holes_round_trip_and_bad_holes_are_refused() {
-    let node = Node::Leaf(vec![(
+    let node = Node::leaf(vec![(
         Key::new(7, KIND_CELL, 2),
         Value::Cell(cell_with_holes()),
     )]);

@@ -127,6 +127,21 @@ fn flipped_bit_in_a_data_cell_is_an_integrity_error() {
 }
 
 #[test]
+fn a_flipped_bit_late_in_a_large_read_fails_the_whole_read() {
+    // 3 MiB read in one call: its units are opened in parts on the crypto
+    // pool (DESIGN §10), and the flipped unit is in the last part.
+    let f = Fixture::new();
+    let (oid, data) = f.put(b"a", 1, 3 << 20);
+    let seg = f
+        .segments()
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    flip(&seg, 5 << 19);
+    assert!(read_is_exact_or_corrupt(&f, oid, &data));
+}
+
+#[test]
 fn flipped_bit_in_a_tree_node_is_an_integrity_error() {
     let f = Fixture::new();
     let (oid, data) = f.put(b"a", 1, 100_000);

@@ -1,7 +1,8 @@
 //! The read path: pointers resolved under the engine lock, units read and opened after it is released, in parallel for large reads.
 
-use super::write::crypto_threads;
+use super::write::crypto_parts;
 use super::*;
+use rayon::prelude::*;
 
 /// A unit a read must open after the engine lock is released.
 pub(super) struct PendingRead {
@@ -110,33 +111,29 @@ impl Store {
                 .unwrap_or_else(|p| p.into_inner());
             (out, pending, guard)
         };
-        let threads = crypto_threads(pending.len());
-        if threads == 1 {
+        let sealed_bytes = pending.iter().map(|p| p.cref.sealed_len() as usize).sum();
+        let parts = crypto_parts(sealed_bytes);
+        if parts == 1 {
             self.open_units(&mut out, 0, &pending)?;
         } else {
-            // Each thread opens a run of cells into its own part of the output.
-            let per = pending.len().div_ceil(threads);
-            let parts: Vec<&[PendingRead]> = pending.chunks(per).collect();
-            std::thread::scope(|scope| -> Result<()> {
-                let mut rest: &mut [u8] = &mut out;
-                let mut base = 0i64;
-                let mut handles = Vec::new();
-                for (k, part) in parts.iter().enumerate() {
-                    let end = match parts.get(k + 1) {
-                        Some(next) => next[0].out_at.clamp(base, base + rest.len() as i64),
-                        None => base + rest.len() as i64,
-                    };
-                    let (mine, tail) =
-                        std::mem::take(&mut rest).split_at_mut((end - base) as usize);
-                    let b = base;
-                    handles.push(scope.spawn(move || self.open_units(mine, b, part)));
-                    rest = tail;
-                    base = end;
-                }
-                handles
-                    .into_iter()
-                    .try_for_each(|h| h.join().expect("crypto thread panicked"))
-            })?;
+            // Each part opens a run of cells into its own part of the output.
+            let per = pending.len().div_ceil(parts);
+            let runs: Vec<&[PendingRead]> = pending.chunks(per).collect();
+            let mut work = Vec::with_capacity(runs.len());
+            let mut rest: &mut [u8] = &mut out;
+            let mut base = 0i64;
+            for (k, run) in runs.iter().enumerate() {
+                let end = match runs.get(k + 1) {
+                    Some(next) => next[0].out_at.clamp(base, base + rest.len() as i64),
+                    None => base + rest.len() as i64,
+                };
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut((end - base) as usize);
+                work.push((mine, base, *run));
+                rest = tail;
+                base = end;
+            }
+            work.into_par_iter()
+                .try_for_each(|(mine, base, run)| self.open_units(mine, base, run))?;
         }
         Ok(out)
     }
@@ -209,34 +206,42 @@ impl Engine {
             return Ok((Vec::new(), Vec::new()));
         }
         let mut out = vec![0u8; (end - offset) as usize];
-        let mut pending = Vec::new();
         let share = self.share_key_in(&self.tree, oid)?;
         let cell_size = self.cells_of(&self.tree, oid)?;
         let cs = u64::from(cell_size);
-        let mut pos = offset;
-        while pos < end {
-            let cell = pos / cs;
-            let cell_base = cell * cs;
-            let stop = (cell_base + cs).min(end);
-            if let Some(d) = self.dirty.get(&(oid, cell)) {
-                let lo = (cell_base + d.start as u64).max(pos);
-                let hi = (cell_base + d.start as u64 + d.data.len() as u64).min(stop);
-                if lo < hi {
-                    let src =
-                        &d.data[(lo - cell_base - d.start as u64) as usize..][..(hi - lo) as usize];
-                    out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
+        let (first, past) = (offset / cs, end.div_ceil(cs));
+        // One walk over the read's cells (not a lookup from the root per
+        // cell: this runs under the engine lock). A buffered cell replaces
+        // what the tree holds for it.
+        let mut pending = Vec::new();
+        self.tree.scan(
+            &cell_key(oid, first),
+            &cell_key(oid, past),
+            &self.ctx,
+            &mut |k, v| {
+                if let Value::Cell(c) = v {
+                    if !self.dirty.contains_key(&(oid, k.off)) {
+                        pending.push(PendingRead {
+                            oid,
+                            cell: k.off,
+                            cell_size,
+                            out_at: (k.off * cs + c.start as u64) as i64 - offset as i64,
+                            cref: c.clone(),
+                            share: share.clone(),
+                        });
+                    }
                 }
-            } else if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
-                pending.push(PendingRead {
-                    oid,
-                    cell,
-                    cell_size,
-                    out_at: (cell_base + c.start as u64) as i64 - offset as i64,
-                    cref: c,
-                    share: share.clone(),
-                });
+                true
+            },
+        )?;
+        for (&(_, cell), d) in self.dirty.range((oid, first)..(oid, past)) {
+            let data_at = cell * cs + d.start as u64;
+            let lo = data_at.max(offset);
+            let hi = (data_at + d.data.len() as u64).min(end);
+            if lo < hi {
+                let src = &d.data[(lo - data_at) as usize..][..(hi - lo) as usize];
+                out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
             }
-            pos = stop;
         }
         Ok((out, pending))
     }

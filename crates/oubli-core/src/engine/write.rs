@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::holes::{self, Holes};
+use rayon::prelude::*;
 
 /// A whole cell sealed before taking the engine lock.
 /// The whole cells of one write, sealed before the engine lock is taken and
@@ -16,21 +17,21 @@ pub(super) struct SealedRun {
     key_refs: Vec<KeyRef>,
 }
 
-/// Below this many units, a read or write does its crypto on the calling thread.
-pub(super) const PARALLEL_MIN_UNITS: usize = 8;
+/// The least bytes of crypto worth handing to another thread: AES-GCM runs at
+/// several GB/s a core, so a smaller part finishes before a pool thread has
+/// woken up for it.
+pub(super) const PARALLEL_MIN_PART_BYTES: usize = 256 << 10;
 
-pub(super) fn crypto_threads(units: usize) -> usize {
-    if units < PARALLEL_MIN_UNITS {
+/// Into how many parts a read's or write's crypto of `bytes` is cut (1: all
+/// on the calling thread). The parts run on rayon's pool, whose threads live
+/// as long as the process: a read served from a thread of its own paid for
+/// the thread (clone, stack mapping, teardown) more than for its AES.
+pub(super) fn crypto_parts(bytes: usize) -> usize {
+    let parts = bytes / PARALLEL_MIN_PART_BYTES;
+    if parts < 2 {
         return 1;
     }
-    // Asked once: each call reads the cgroup files again.
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    cores.min(4).min(units / (PARALLEL_MIN_UNITS / 2)).max(1)
+    parts.min(rayon::current_num_threads()).min(4)
 }
 
 /// The opened old content of a cell a write merges into, read before the
@@ -145,17 +146,15 @@ impl Store {
                 ));
             }
         };
-        let threads = crypto_threads(count);
-        if threads == 1 {
+        let parts = crypto_parts(count * unit);
+        if parts == 1 {
             seal(&mut bytes, 0);
         } else {
-            let per = count.div_ceil(threads);
-            std::thread::scope(|scope| {
-                for (t, part) in bytes.chunks_mut(per * unit).enumerate() {
-                    let seal = &seal;
-                    scope.spawn(move || seal(part, t * per));
-                }
-            });
+            let per = count.div_ceil(parts);
+            bytes
+                .par_chunks_mut(per * unit)
+                .enumerate()
+                .for_each(|(t, part)| seal(part, t * per));
         }
         Some(SealedRun {
             cell_size,

@@ -143,6 +143,11 @@ impl Rig {
         wait_for("the server's socket", || {
             std::os::unix::net::UnixStream::connect(&sock).is_ok()
         });
+        // The socket listens before the start-up lines are logged: a test
+        // that reads the log at once could miss them (it did, under load).
+        wait_for("the server's start-up log", || {
+            self.server_log().contains("serving export")
+        });
     }
 
     pub fn server_log(&self) -> String {

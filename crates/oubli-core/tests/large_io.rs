@@ -1,4 +1,4 @@
-//! Reads and writes large enough to be cut into parts on the crypto pool give back exactly what a byte model holds, for both cell sizes, at any alignment, with buffered cells and holes inside their range.
+//! Large reads and writes give back exactly what a byte model holds, for both cell sizes, at any alignment, with buffered cells and holes inside their range, whether a read is opened in place (whole cells back to back) or piece by piece.
 
 mod common;
 
@@ -21,8 +21,13 @@ fn write(s: &Store, model: &mut Vec<u8>, oid: u64, at: usize, data: &[u8]) {
 }
 
 fn check(s: &Store, model: &[u8], oid: u64) {
-    // Whole, and cut at unaligned ends so that units are cut by the read.
+    // Whole cells (read in place when they lie back to back on the medium),
+    // whole, and cut at unaligned ends so that units are cut by the read.
+    let cs = s.cell_size_of(oid).unwrap() as usize;
     for (at, len) in [
+        (cs, 64 * cs),
+        (0, model.len() / cs * cs),
+        (2 * cs, cs),
         (0, model.len()),
         (1, model.len() - 1),
         (4095, 3 << 20),

@@ -128,8 +128,8 @@ fn flipped_bit_in_a_data_cell_is_an_integrity_error() {
 
 #[test]
 fn a_flipped_bit_late_in_a_large_read_fails_the_whole_read() {
-    // 3 MiB read in one call: its units are opened in parts on the crypto
-    // pool (DESIGN §10), and the flipped unit is in the last part.
+    // 3 MiB of whole cells back to back, read in one call: they are opened
+    // in place, one after the other, and the flipped one is near the end.
     let f = Fixture::new();
     let (oid, data) = f.put(b"a", 1, 3 << 20);
     let seg = f

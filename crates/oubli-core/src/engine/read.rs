@@ -1,8 +1,6 @@
-//! The read path: pointers resolved under the engine lock, units read and opened after it is released, in parallel for large reads.
+//! The read path: pointers resolved under the engine lock, units read and opened on the calling thread after it is released.
 
-use super::write::crypto_parts;
 use super::*;
-use rayon::prelude::*;
 
 /// A unit a read must open after the engine lock is released.
 pub(super) struct PendingRead {
@@ -15,6 +13,16 @@ pub(super) struct PendingRead {
     out_at: i64,
     /// The key of the share the object is under, if any.
     share: Option<SecretKey>,
+}
+
+/// How a read is carried out once the engine lock is released.
+pub(super) enum ReadPlan {
+    /// The read is exactly a run of whole cells, back to back in one
+    /// segment: one medium read into the buffer that becomes the output.
+    Run(Vec<PendingRead>),
+    /// Anything else: the output with the bytes of buffered cells copied in
+    /// (zeros elsewhere), and the units to open into it.
+    Pieces(Vec<u8>, Vec<PendingRead>),
 }
 
 /// Names a cell unit in an error message.
@@ -58,11 +66,7 @@ impl Store {
                 let sealed = &mut buf[at..at + p.cref.sealed_len() as usize];
                 at += sealed.len();
                 let corrupt = || Error::Corrupt(cell_what(p));
-                let key = sh.scheme.resolve(&p.cref.key).map_err(|_| corrupt())?;
-                let key = match &p.share {
-                    Some(s) => crate::share::bind(&*sh.provider, s, &key),
-                    None => key,
-                };
+                let key = self.unit_key(p)?;
                 let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
                 let dst = p.out_at - base;
                 let len = p.cref.len as usize;
@@ -97,11 +101,59 @@ impl Store {
         Ok(())
     }
 
+    /// The key `p` was sealed under (bound to its object's share, if any).
+    fn unit_key(&self, p: &PendingRead) -> Result<SecretKey> {
+        let sh = &self.shared;
+        let key = sh
+            .scheme
+            .resolve(&p.cref.key)
+            .map_err(|_| Error::Corrupt(cell_what(p)))?;
+        Ok(match &p.share {
+            Some(s) => crate::share::bind(&*sh.provider, s, &key),
+            None => key,
+        })
+    }
+
+    /// Opens a [`ReadPlan::Run`] in the buffer it is read into: each unit
+    /// where it lies, its plaintext then moved down over the tags before it
+    /// while still in cache. The read costs the copy from the medium and the
+    /// AES, against a zeroed output, a copy into it and the AES otherwise.
+    fn open_run(&self, units: &[PendingRead]) -> Result<Vec<u8>> {
+        let sh = &self.shared;
+        let cs = units[0].cref.len as usize;
+        let unit = cs + TAG_LEN;
+        let start = units[0].cref.addr;
+        let mut buf = vec![0u8; units.len() * unit];
+        sh.medium
+            .read(addr_segment(start), addr_offset(start) as u64, &mut buf)
+            .map_err(|e| read_error(&cell_what(&units[0]), e))?;
+        for (k, p) in units.iter().enumerate() {
+            let at = k * unit;
+            let aad = cell_aad(p.oid, p.cell, p.cref.start, p.cref.len);
+            let opened = self.unit_key(p).and_then(|key| {
+                sh.provider
+                    .open_in_place(&key, &aad, &mut buf[at..at + unit])
+                    .map_err(|_| Error::Corrupt(cell_what(p)))
+            });
+            if let Err(e) = opened {
+                wipe(&mut buf);
+                return Err(e);
+            }
+            buf.copy_within(at..at + cs, k * cs);
+        }
+        // Past the output: the last units' tags and what their plaintext
+        // left behind when it moved down.
+        let len = units.len() * cs;
+        wipe(&mut buf[len..]);
+        buf.truncate(len);
+        Ok(buf)
+    }
+
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, oid: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let (mut out, pending, _guard) = {
+        let (plan, _guard) = {
             let e = self.lock_beside_commit();
-            let (out, pending) = e.plan_read(oid, offset, len)?;
+            let plan = e.plan_read(oid, offset, len)?;
             // Taken before the engine lock is released: no segment this read
             // needs can be deleted until it is done.
             let guard = self
@@ -109,33 +161,16 @@ impl Store {
                 .io_guard
                 .read()
                 .unwrap_or_else(|p| p.into_inner());
-            (out, pending, guard)
+            (plan, guard)
         };
-        let sealed_bytes = pending.iter().map(|p| p.cref.sealed_len() as usize).sum();
-        let parts = crypto_parts(sealed_bytes);
-        if parts == 1 {
-            self.open_units(&mut out, 0, &pending)?;
-        } else {
-            // Each part opens a run of cells into its own part of the output.
-            let per = pending.len().div_ceil(parts);
-            let runs: Vec<&[PendingRead]> = pending.chunks(per).collect();
-            let mut work = Vec::with_capacity(runs.len());
-            let mut rest: &mut [u8] = &mut out;
-            let mut base = 0i64;
-            for (k, run) in runs.iter().enumerate() {
-                let end = match runs.get(k + 1) {
-                    Some(next) => next[0].out_at.clamp(base, base + rest.len() as i64),
-                    None => base + rest.len() as i64,
-                };
-                let (mine, tail) = std::mem::take(&mut rest).split_at_mut((end - base) as usize);
-                work.push((mine, base, *run));
-                rest = tail;
-                base = end;
+        // On the calling thread, like a write's sealing (DESIGN §10).
+        match plan {
+            ReadPlan::Run(units) => self.open_run(&units),
+            ReadPlan::Pieces(mut out, pending) => {
+                self.open_units(&mut out, 0, &pending)?;
+                Ok(out)
             }
-            work.into_par_iter()
-                .try_for_each(|(mine, base, run)| self.open_units(mine, base, run))?;
         }
-        Ok(out)
     }
 
     /// The allocated ranges of `[offset, offset+len)` as `(start, length)`,
@@ -192,20 +227,14 @@ impl Store {
 }
 
 impl Engine {
-    /// Copies buffered bytes of a read into the output and lists the units
-    /// still to open (outside the lock).
-    pub(super) fn plan_read(
-        &self,
-        oid: u64,
-        offset: u64,
-        len: usize,
-    ) -> Result<(Vec<u8>, Vec<PendingRead>)> {
+    /// Lists the units a read must open outside the lock, and copies the
+    /// bytes of buffered cells into its output unless it is a whole run.
+    pub(super) fn plan_read(&self, oid: u64, offset: u64, len: usize) -> Result<ReadPlan> {
         let record = self.record(oid)?;
         let end = offset.saturating_add(len as u64).min(record.size);
         if offset >= end {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(ReadPlan::Pieces(Vec::new(), Vec::new()));
         }
-        let mut out = vec![0u8; (end - offset) as usize];
         let share = self.share_key_in(&self.tree, oid)?;
         let cell_size = self.cells_of(&self.tree, oid)?;
         let cs = u64::from(cell_size);
@@ -234,7 +263,12 @@ impl Engine {
                 true
             },
         )?;
-        for (&(_, cell), d) in self.dirty.range((oid, first)..(oid, past)) {
+        let mut buffered = self.dirty.range((oid, first)..(oid, past)).peekable();
+        if buffered.peek().is_none() && is_whole_run(&pending, offset, end, cs) {
+            return Ok(ReadPlan::Run(pending));
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        for (&(_, cell), d) in buffered {
             let data_at = cell * cs + d.start as u64;
             let lo = data_at.max(offset);
             let hi = (data_at + d.data.len() as u64).min(end);
@@ -243,6 +277,27 @@ impl Engine {
                 out[(lo - offset) as usize..][..(hi - lo) as usize].copy_from_slice(src);
             }
         }
-        Ok((out, pending))
+        Ok(ReadPlan::Pieces(out, pending))
     }
+}
+
+/// Whether `pending` is exactly the cells of `[offset, end)`, each whole (no
+/// holes), back to back in one segment: what [`Store::open_run`] reads.
+fn is_whole_run(pending: &[PendingRead], offset: u64, end: u64, cs: u64) -> bool {
+    let Some(head) = pending.first() else {
+        return false;
+    };
+    let unit = cs + TAG_LEN as u64;
+    let last = head.cref.addr + (pending.len() as u64 - 1) * unit;
+    offset.is_multiple_of(cs)
+        && end.is_multiple_of(cs)
+        && pending.len() as u64 == (end - offset) / cs
+        && addr_segment(last) == addr_segment(head.cref.addr)
+        && pending.iter().enumerate().all(|(k, p)| {
+            p.cell == offset / cs + k as u64
+                && p.cref.start == 0
+                && u64::from(p.cref.len) == cs
+                && p.cref.holes.is_empty()
+                && p.cref.addr == head.cref.addr + k as u64 * unit
+        })
 }

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::holes::{self, Holes};
-use rayon::prelude::*;
 
 /// A whole cell sealed before taking the engine lock.
 /// The whole cells of one write, sealed before the engine lock is taken and
@@ -15,23 +14,6 @@ pub(super) struct SealedRun {
     /// `key_refs.len()` units of `cell_size + TAG_LEN` bytes each.
     bytes: Vec<u8>,
     key_refs: Vec<KeyRef>,
-}
-
-/// The least bytes of crypto worth handing to another thread: AES-GCM runs at
-/// several GB/s a core, so a smaller part finishes before a pool thread has
-/// woken up for it.
-pub(super) const PARALLEL_MIN_PART_BYTES: usize = 256 << 10;
-
-/// Into how many parts a read's or write's crypto of `bytes` is cut (1: all
-/// on the calling thread). The parts run on rayon's pool, whose threads live
-/// as long as the process: a read served from a thread of its own paid for
-/// the thread (clone, stack mapping, teardown) more than for its AES.
-pub(super) fn crypto_parts(bytes: usize) -> usize {
-    let parts = bytes / PARALLEL_MIN_PART_BYTES;
-    if parts < 2 {
-        return 1;
-    }
-    parts.min(rayon::current_num_threads()).min(4)
 }
 
 /// The opened old content of a cell a write merges into, read before the
@@ -103,7 +85,7 @@ impl Store {
     }
 
     /// Seals every whole, aligned cell of a write under a fresh key, before
-    /// the engine lock is taken, on several threads for large writes.
+    /// the engine lock is taken.
     pub(super) fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Option<SealedRun> {
         if data.len() < SMALL_CELL_SIZE.min(self.shared.cell_size) as usize {
             return None;
@@ -122,8 +104,8 @@ impl Store {
         let unit = cs + TAG_LEN;
         let mut keys = Vec::with_capacity(count);
         let mut key_refs = Vec::with_capacity(count);
-        for _ in 0..count {
-            let (key, key_ref) = self.shared.scheme.allocate_detached(&*self.shared.provider);
+        let provider = &*self.shared.provider;
+        for (key, key_ref) in self.shared.scheme.allocate_detached_many(provider, count) {
             let key = match &share {
                 Some(s) => crate::share::bind(&*self.shared.provider, s, &key),
                 None => key,
@@ -133,28 +115,18 @@ impl Store {
         }
         let mut bytes = vec![0u8; count * unit];
         let skip = (first * cs as u64 - offset) as usize;
-        let seal = |units: &mut [u8], index: usize| {
-            for (k, sealed) in units.chunks_mut(unit).enumerate() {
-                let i = index + k;
-                let (body, tag) = sealed.split_at_mut(cs);
-                body.copy_from_slice(&data[skip + i * cs..skip + (i + 1) * cs]);
-                let cell = first + i as u64;
-                tag.copy_from_slice(&self.shared.provider.seal_detached(
-                    &keys[i],
-                    &cell_aad(oid, cell, 0, cs as u32),
-                    body,
-                ));
-            }
-        };
-        let parts = crypto_parts(count * unit);
-        if parts == 1 {
-            seal(&mut bytes, 0);
-        } else {
-            let per = count.div_ceil(parts);
-            bytes
-                .par_chunks_mut(per * unit)
-                .enumerate()
-                .for_each(|(t, part)| seal(part, t * per));
+        // On the calling thread: on a machine whose other cores are busy
+        // with the kernel's side of the request (FUSE, NBD), handing parts
+        // to other threads made sequential writes slower (DESIGN §10).
+        for (i, sealed) in bytes.chunks_mut(unit).enumerate() {
+            let (body, tag) = sealed.split_at_mut(cs);
+            body.copy_from_slice(&data[skip + i * cs..skip + (i + 1) * cs]);
+            let cell = first + i as u64;
+            tag.copy_from_slice(&self.shared.provider.seal_detached(
+                &keys[i],
+                &cell_aad(oid, cell, 0, cs as u32),
+                body,
+            ));
         }
         Some(SealedRun {
             cell_size,

@@ -173,7 +173,7 @@ pub enum Node {
 /// date as they change: the split check after an insert then costs nothing,
 /// where summing a few hundred entries after every cell written was the
 /// largest single cost of a write under the engine lock.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Leaf {
     entries: Vec<(Key, Value)>,
     /// `4 + Σ entry_size`: what [`Node::approx_size`] reports for the leaf.
@@ -217,6 +217,13 @@ impl Leaf {
     fn append(&mut self, other: Leaf) {
         self.size += other.size - 4;
         self.entries.extend(other.entries);
+    }
+}
+
+impl Default for Leaf {
+    /// An empty leaf: its size is the entry count's 4 bytes.
+    fn default() -> Leaf {
+        Leaf::new(Vec::new())
     }
 }
 

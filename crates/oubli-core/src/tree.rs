@@ -227,18 +227,6 @@ impl Default for Leaf {
     }
 }
 
-impl FromIterator<(Key, Value)> for Leaf {
-    fn from_iter<I: IntoIterator<Item = (Key, Value)>>(entries: I) -> Leaf {
-        Leaf::new(entries.into_iter().collect())
-    }
-}
-
-impl From<Vec<(Key, Value)>> for Leaf {
-    fn from(entries: Vec<(Key, Value)>) -> Leaf {
-        Leaf::new(entries)
-    }
-}
-
 impl std::ops::Deref for Leaf {
     type Target = [(Key, Value)];
     fn deref(&self) -> &[(Key, Value)] {
@@ -1250,7 +1238,7 @@ mod tests {
                 (Key::new(oid, KIND_OBJECT, 0), Value::Object(record))
             })
             .collect();
-        let encoded = encode_node(&Node::Leaf(entries));
+        let encoded = encode_node(&Node::leaf(entries));
         let decoded = decode_node(&encoded).unwrap();
         let mem = decoded.mem_bytes();
         // What the node cache counted before: it held several times its limit.

@@ -107,7 +107,7 @@ impl Store {
         let provider = &*self.shared.provider;
         for (key, key_ref) in self.shared.scheme.allocate_detached_many(provider, count) {
             let key = match &share {
-                Some(s) => crate::share::bind(&*self.shared.provider, s, &key),
+                Some(s) => crate::share::bind(provider, s, &key),
                 None => key,
             };
             keys.push(key);
@@ -122,7 +122,7 @@ impl Store {
             let (body, tag) = sealed.split_at_mut(cs);
             body.copy_from_slice(&data[skip + i * cs..skip + (i + 1) * cs]);
             let cell = first + i as u64;
-            tag.copy_from_slice(&self.shared.provider.seal_detached(
+            tag.copy_from_slice(&provider.seal_detached(
                 &keys[i],
                 &cell_aad(oid, cell, 0, cs as u32),
                 body,

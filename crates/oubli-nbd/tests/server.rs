@@ -7,7 +7,7 @@ use oubli_core::Error;
 use oubli_nbd::exports::*;
 use oubli_nbd::proto::*;
 use oubli_nbd::{serve, Endpoint, ServerConfig};
-use std::io::Read;
+use std::io::{Read, Write};
 
 const MIB: u64 = 1 << 20;
 
@@ -339,6 +339,68 @@ fn pipelined_requests_each_get_their_reply_and_disc_waits_for_them() {
         assert!(c3.read(i * u64::from(LEN), LEN).unwrap() == data(100 + i));
     }
     c3.disconnect();
+    served.shutdown();
+}
+
+/// Small writes in a burst are carried out by the reader, which sends their
+/// replies in one batch before it waits for input again. Every reply must
+/// still arrive while the client sends nothing more, whatever the burst
+/// mixes in: refusals, a large write and a FLUSH (both go to workers), a
+/// payload split across two sends, and an inline write last of all.
+#[test]
+fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
+    const SMALL: u32 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 8 * MIB).unwrap();
+    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let data = |i: u64, len: u32| {
+        let mut d = vec![0u8; len as usize];
+        fill_random(9000 + i, &mut d);
+        d
+    };
+    let small: Vec<Vec<u8>> = (0..48).map(|i| data(i, SMALL)).collect();
+    let large = data(99, 256 * 1024);
+    let at = |i: u64| i * 37 * 4096; // scattered, inside the first 8 MiB
+    for structured in [false, true] {
+        let mut c = RawClient::connect(&served.socket, "disk", structured);
+        // A server that keeps a reply back makes the client wait here, not hang.
+        c.s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let mut burst: Vec<(u16, u16, u64, u32, &[u8])> = Vec::new();
+        for i in 0..24 {
+            burst.push((CMD_WRITE, 0, at(i), SMALL, &small[i as usize]));
+        }
+        burst.push((CMD_WRITE, 0, 8 * MIB, SMALL, &small[0])); // past the end: refused
+        burst.push((CMD_WRITE, 0, 7 * MIB, large.len() as u32, &large));
+        burst.push((CMD_FLUSH, 0, 0, 0, &[]));
+        for i in 24..48 {
+            burst.push((CMD_WRITE, 0, at(i), SMALL, &small[i as usize]));
+        }
+        let mut cookies = c.send_burst(&burst);
+        let refused = cookies[24];
+        // Then one more small write whose payload comes in two sends: the
+        // reader waits for the second half with replies in its buffer.
+        let last = data(100, SMALL);
+        let split = c.send_burst(&[(CMD_WRITE, 0, at(48), SMALL, &last[..1000])])[0];
+        // Every reply sent so far but the split write's arrives before its rest is sent.
+        let mut replied = std::collections::HashSet::new();
+        for _ in 0..cookies.len() {
+            let r = c.reply(None);
+            assert_eq!(r.error != 0, r.cookie == refused, "reply {r:?}");
+            assert!(cookies.contains(&r.cookie) && replied.insert(r.cookie));
+        }
+        c.s.write_all(&last[1000..]).unwrap();
+        let r = c.reply(None);
+        assert_eq!((r.cookie, r.error), (split, 0));
+        cookies.push(split);
+        for i in 0..48 {
+            assert!(c.read(at(i), SMALL).unwrap() == small[i as usize], "write {i}");
+        }
+        assert!(c.read(at(48), SMALL).unwrap() == last);
+        assert!(c.read(7 * MIB, large.len() as u32).unwrap() == large);
+        c.disconnect();
+    }
     served.shutdown();
 }
 

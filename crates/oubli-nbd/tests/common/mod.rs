@@ -384,6 +384,28 @@ impl RawClient {
         self.cookie
     }
 
+    /// Sends `(kind, flags, offset, len, payload)` requests in one `write`, so
+    /// the server finds them in its buffer together; returns their cookies.
+    pub fn send_burst(&mut self, reqs: &[(u16, u16, u64, u32, &[u8])]) -> Vec<u64> {
+        let mut wire = Vec::new();
+        let mut cookies = Vec::new();
+        for &(kind, flags, offset, len, payload) in reqs {
+            self.cookie += 1;
+            let req = oubli_nbd::Request {
+                flags,
+                kind,
+                cookie: self.cookie,
+                offset,
+                len,
+            };
+            wire.extend_from_slice(&req.encode());
+            wire.extend_from_slice(payload);
+            cookies.push(self.cookie);
+        }
+        self.s.write_all(&wire).unwrap();
+        cookies
+    }
+
     /// Reads one reply; `read_len` is the data length expected on success of a READ.
     pub fn reply(&mut self, read_len: Option<u32>) -> Reply {
         if self.structured {

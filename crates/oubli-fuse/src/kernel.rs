@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 /// change it made itself and invalidates.
 const TTL: Duration = Duration::from_secs(1);
 /// Largest write (and read-ahead) the kernel sends in one request.
-const MAX_IO: u32 = 1 << 20;
+pub(crate) const MAX_IO: u32 = 1 << 20;
 
 pub(crate) struct Kernel {
     pub(crate) fs: Arc<Fs>,

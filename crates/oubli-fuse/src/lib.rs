@@ -35,6 +35,7 @@ mod fs;
 mod kernel;
 pub mod meta;
 mod options;
+pub mod readahead;
 mod snapdir;
 
 pub use fs::{SENSITIVE_XATTR, SHARE_XATTR};
@@ -410,6 +411,11 @@ pub fn mount(
             "-o dev and -o suid need root (fusermount3 refuses them to other users): mount as root, or leave them out (the mount is nodev,nosuid)".into(),
         ));
     }
+    if options.readahead_kib.is_some() && !root {
+        return Err(Error::Options(
+            "-o readahead needs root (the window is set through sysfs): mount as root, or leave it out".into(),
+        ));
+    }
     let mountpoint = mountpoint.as_ref().to_path_buf();
     let snaps = snapdir::Snapdir::new(store.clone(), &options);
     let fs = Arc::new(Fs::new(store, &options)?);
@@ -436,6 +442,20 @@ pub fn mount(
         if let Err(e) = atime::apply(&session.mountpoint, &options.atime) {
             let _ = session.unmount();
             return Err(Error::Mount(e));
+        }
+    }
+    // The window the kernel gives a FUSE mount is too small for sequential
+    // reads (readahead.rs); unasked, raising it is best effort.
+    let window = options
+        .readahead_kib
+        .or(root.then_some(kernel::MAX_IO / 1024));
+    if let Some(kib) = window.filter(|&k| k > 0) {
+        if let Err(e) = readahead::set(&session.mountpoint, kib) {
+            if options.readahead_kib.is_some() {
+                let _ = session.unmount();
+                let why = format!("-o readahead={kib}: {e}");
+                return Err(Error::Mount(io::Error::new(e.kind(), why)));
+            }
         }
     }
     Ok(session)

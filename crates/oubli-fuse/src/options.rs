@@ -43,12 +43,21 @@ pub struct MountOptions {
     /// `strictatime`, ... and `lazytime`): applied to the mount point after
     /// mounting (see `atime` in lib.rs), not passed as FUSE data options.
     pub atime: Vec<String>,
+    /// The mount's readahead window in KiB (`-o readahead=KIB`; 0 leaves the
+    /// kernel's 128 KiB). Unset: 1 MiB when mounting as root, else the
+    /// kernel's (the window is set through sysfs, which needs root; see
+    /// `readahead.rs`). Set explicitly, it needs root.
+    pub readahead_kib: Option<u32>,
     /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
     /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
     pub snapdir_visible: bool,
     /// Other options, passed to the kernel as they are (`noatime`, `nosuid`, ...).
     pub extra: Vec<String>,
 }
+
+/// The largest `-o readahead=` accepted (64 MiB): beyond it a sequential
+/// reader gains nothing and random readers pay for pages they never read.
+pub const MAX_READAHEAD_KIB: u64 = 64 << 10;
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -72,6 +81,7 @@ impl Default for MountOptions {
             dev: false,
             suid: false,
             atime: Vec::new(),
+            readahead_kib: None,
             snapdir_visible: false,
             extra: Vec::new(),
         }
@@ -112,6 +122,13 @@ impl MountOptions {
                     self.policy_mut().deletions = (n > 0).then_some(n);
                 }
                 "threads" => self.threads = number("a count")?.clamp(1, 64) as usize,
+                "readahead" => {
+                    let kib = number("KiB")?;
+                    if kib > MAX_READAHEAD_KIB {
+                        return Err(format!("-o {opt}: at most {MAX_READAHEAD_KIB} KiB"));
+                    }
+                    self.readahead_kib = Some(kib as u32);
+                }
                 "snapdir" => {
                     self.snapdir_visible = match value {
                         Some("visible") => true,

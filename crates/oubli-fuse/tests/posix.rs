@@ -801,6 +801,39 @@ fn fallocate_by_an_unprivileged_user_drops_set_id_bits() {
     }
 }
 
+/// The mount's readahead window: the kernel gives every FUSE mount 128 KiB;
+/// as root the mount raises it to 1 MiB unasked and sets what
+/// `-o readahead=KIB` says (0: the kernel's). Without root the option is
+/// refused rather than silently ignored.
+#[test]
+fn the_readahead_window_is_raised_and_takes_an_option() {
+    if !fuse_available() {
+        return;
+    }
+    let window = |opts: &str| {
+        let mut o = default_options();
+        o.parse(opts).unwrap();
+        let m = Mounted::new(mem_store(), o);
+        oubli_fuse::readahead::get(&m.mnt).unwrap()
+    };
+    assert!(default_options().parse("readahead=65537").is_err());
+    assert!(default_options().parse("readahead=lots").is_err());
+    // SAFETY: FFI call without arguments that cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        let mut o = default_options();
+        o.parse("readahead=256").unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let refused = oubli_fuse::mount(mem_store(), tmp.path(), o);
+        assert!(matches!(refused, Err(oubli_fuse::Error::Options(_))));
+        assert_eq!(window(""), 128, "left as the kernel gives it");
+        return;
+    }
+    assert_eq!(window(""), 1024);
+    assert_eq!(window("readahead=256"), 256);
+    assert_eq!(window("readahead=4096"), 4096);
+    assert_eq!(window("readahead=0"), 128, "the kernel's window");
+}
+
 /// Access-time options are mount flags (not FUSE data options): accepted,
 /// and visible in /proc/self/mounts; `dev` and `suid` are honoured as root.
 #[test]

@@ -395,7 +395,10 @@ fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
         assert_eq!((r.cookie, r.error), (split, 0));
         cookies.push(split);
         for i in 0..48 {
-            assert!(c.read(at(i), SMALL).unwrap() == small[i as usize], "write {i}");
+            assert!(
+                c.read(at(i), SMALL).unwrap() == small[i as usize],
+                "write {i}"
+            );
         }
         assert!(c.read(at(48), SMALL).unwrap() == last);
         assert!(c.read(7 * MIB, large.len() as u32).unwrap() == large);

@@ -1,4 +1,4 @@
-//! Small shared helpers: a seeded PRNG, a non-cryptographic checksum, error constructors.
+//! Small shared helpers: a seeded PRNG, a non-cryptographic checksum, error constructors, a writeback hint.
 
 use std::io;
 
@@ -107,6 +107,18 @@ pub(crate) fn lock_shared(file: &std::fs::File, what: &str) -> io::Result<()> {
         )),
         Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
+}
+
+/// Asks the kernel to start writing `len` bytes at `offset` of `file` to
+/// disk and returns without waiting for them. Only a hint: durability still
+/// comes from the fsync at the next `sync`, which also reports any error.
+pub(crate) fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: FFI on a descriptor `file` keeps open for the call; no memory is passed.
+    unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 #[cfg(test)]

@@ -370,18 +370,7 @@ impl RawClient {
     }
 
     pub fn send(&mut self, kind: u16, flags: u16, offset: u64, len: u32, payload: &[u8]) -> u64 {
-        self.cookie += 1;
-        let req = oubli_nbd::Request {
-            flags,
-            kind,
-            cookie: self.cookie,
-            offset,
-            len,
-        };
-        let mut v = req.encode().to_vec();
-        v.extend_from_slice(payload);
-        self.s.write_all(&v).unwrap();
-        self.cookie
+        self.send_burst(&[(kind, flags, offset, len, payload)])[0]
     }
 
     /// Sends `(kind, flags, offset, len, payload)` requests in one `write`, so

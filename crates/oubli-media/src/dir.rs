@@ -430,12 +430,19 @@ impl Medium for DirMedium {
             st.writers.remove(id);
             return Err(e);
         }
+        let mut write_behind = None;
         if let Some(w) = st.writers.get(id) {
             w.len = offset + data.len() as u64;
             if w.len - w.written_behind >= WRITE_BEHIND {
-                start_writeback(&w.file, w.written_behind, w.len - w.written_behind);
+                write_behind = Some((w.written_behind, w.len - w.written_behind));
                 w.written_behind = w.len;
             }
+        }
+        // The hint may wait for the device's queue: not under the lock
+        // that every append and every reader's handle lookup takes.
+        drop(st);
+        if let Some((from, len)) = write_behind {
+            start_writeback(&file, from, len);
         }
         Ok(())
     }

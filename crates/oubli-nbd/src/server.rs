@@ -975,21 +975,18 @@ fn transmission(
     let budget = PayloadBudget::new(INFLIGHT_PAYLOAD);
     // The first reply that could not be sent: the connection is over.
     let broken: Mutex<Option<io::Error>> = Mutex::new(None);
+    let note_broken = |sent: io::Result<()>| {
+        if let Err(e) = sent {
+            let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
+            broken.get_or_insert(e);
+        }
+    };
     let reply = |req: &Request, result: Outcome, flush: bool| {
         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
         let sent = send_reply(shared, req, neg.structured, result, &mut out);
-        if let Err(e) = sent.and_then(|()| if flush { out.flush() } else { Ok(()) }) {
-            let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
-            broken.get_or_insert(e);
-        }
+        note_broken(sent.and_then(|()| if flush { out.flush() } else { Ok(()) }));
     };
-    let flush_replies = || {
-        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = out.flush() {
-            let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
-            broken.get_or_insert(e);
-        }
-    };
+    let flush_replies = || note_broken(out.lock().unwrap_or_else(|e| e.into_inner()).flush());
     let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
     let queue = Mutex::new(queue);
     let read_result = std::thread::scope(|scope| {

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod behind;
 mod dropped;
 pub mod exports;
 pub mod handshake;
@@ -41,6 +42,7 @@ mod server;
 pub mod socket;
 pub mod tls;
 
+pub use behind::WriteBehind;
 pub use exports::{
     create_export, delete_export, export_settings, list_exports, lookup_export, resize_export,
     set_export_settings, Export, ExportSettings,

@@ -15,6 +15,7 @@
 //! erased at the next commit too). FLUSH and FUA make writes durable through
 //! the intent log (`Store::flush`) without ending the epoch.
 
+use crate::behind::WriteBehind;
 use crate::exports::{list_exports, lookup_export};
 use crate::handshake::{
     Catalog, CloseReason, ExportInfo, Handshake, HandshakeConfig, Negotiated, Progress, TlsMode,
@@ -82,6 +83,10 @@ pub struct ServerConfig {
     /// tracker fed every write (`crate::liveness`). Exports not listed are
     /// served without either.
     pub liveness: Vec<Arc<Liveness>>,
+    /// Acknowledge writes without FUA once queued (`crate::behind`); `None`:
+    /// once carried out. Give the same queue to whatever else commits the
+    /// store meanwhile, which settles it first.
+    pub write_behind: Option<Arc<WriteBehind>>,
     pub log: Log,
 }
 
@@ -112,6 +117,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             max_inflight_bytes: 256 << 20,
             liveness: Vec::new(),
+            write_behind: Some(Arc::new(WriteBehind::new())),
             log: stderr_log(),
         }
     }
@@ -337,6 +343,9 @@ impl Shared {
         self.budget.give_back(n);
         conn.give_back(n);
     }
+    fn behind(&self) -> Option<&WriteBehind> {
+        self.config.write_behind.as_deref()
+    }
 }
 
 /// A running server. Dropping it shuts it down (ignoring a failed commit);
@@ -345,6 +354,8 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     listeners: Vec<Arc<Listener>>,
     acceptors: Vec<JoinHandle<()>>,
+    /// The write-behind thread, if writes are queued.
+    applier: Option<JoinHandle<()>>,
     addrs: Vec<Endpoint>,
     down: bool,
 }
@@ -399,6 +410,20 @@ pub fn serve(
         stats: Stats::default(),
         budget: PayloadBudget::new(max_inflight_bytes),
     });
+    let applier = match &shared.config.write_behind {
+        Some(behind) => {
+            behind.start();
+            let (s, b) = (shared.clone(), behind.clone());
+            let spawned = std::thread::Builder::new()
+                .name("nbd-write-behind".into())
+                .spawn(move || apply_queued(&s, &b));
+            if spawned.is_err() {
+                behind.applier_gone();
+            }
+            Some(spawned?)
+        }
+        None => None,
+    };
     let mut acceptors = Vec::new();
     for (l, addr) in listeners.iter().zip(&addrs) {
         let (l, s) = (l.clone(), shared.clone());
@@ -418,9 +443,37 @@ pub fn serve(
         shared,
         listeners,
         acceptors,
+        applier,
         addrs,
         down: false,
     })
+}
+
+/// The write-behind thread: carries out the queued writes in order until the
+/// server stops (`crate::behind`).
+fn apply_queued(shared: &Shared, behind: &WriteBehind) {
+    /// Whatever ends the loop, a panic included, nobody may go on waiting for it.
+    struct Gone<'a>(&'a WriteBehind);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.applier_gone();
+        }
+    }
+    let _gone = Gone(behind);
+    while let Some(batch) = behind.next_batch() {
+        for q in batch {
+            let result = execute(shared, q.conn, q.oid, q.action, &q.payload);
+            shared.release(&q.budget, q.payload.len() as u64);
+            if result.is_err() {
+                shared.log(&format!(
+                    "connection {}: that WRITE was acknowledged before it was carried out: \
+                     the next FLUSH or FUA request of each connection reports the failure",
+                    q.conn
+                ));
+            }
+            behind.applied(result.map(|_| ()));
+        }
+    }
 }
 
 fn show(ep: &Endpoint) -> String {
@@ -631,6 +684,13 @@ impl ServerHandle {
         let threads =
             std::mem::take(&mut *shared.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
+            let _ = t.join();
+        }
+        // Each connection waited for its queued writes; the queue is empty.
+        if let Some(behind) = &shared.config.write_behind {
+            behind.stop();
+        }
+        if let Some(t) = self.applier.take() {
             let _ = t.join();
         }
         for ep in &self.addrs {
@@ -917,10 +977,22 @@ struct Job {
     req: Request,
     action: Action,
     payload: Vec<u8>,
+    /// The writes queued before it arrived ([`WriteBehind::mark`]).
+    mark: u64,
+}
+
+/// An acknowledged write waiting in the write-behind queue.
+pub struct Queued {
+    conn: u64,
+    oid: u64,
+    action: Action,
+    payload: Vec<u8>,
+    /// The connection's budget, which the payload holds until it is applied.
+    budget: Arc<PayloadBudget>,
 }
 
 /// Counts the payload bytes in flight; the reader waits while there are too many.
-struct PayloadBudget {
+pub struct PayloadBudget {
     in_flight: Mutex<u64>,
     freed: Condvar,
     cap: u64,
@@ -972,7 +1044,9 @@ fn transmission(
     let out = Mutex::new(out);
     // One connection holds at most its own share of the server's budget
     // (so a client that stops reading replies cannot starve the others).
-    let budget = PayloadBudget::new(INFLIGHT_PAYLOAD);
+    let budget = Arc::new(PayloadBudget::new(INFLIGHT_PAYLOAD));
+    // Write-behind failures before this connection started are not its to report.
+    let seen_failures = AtomicU64::new(shared.behind().map_or(0, |b| b.failures()));
     // The first reply that could not be sent: the connection is over.
     let broken: Mutex<Option<io::Error>> = Mutex::new(None);
     let note_broken = |sent: io::Result<()>| {
@@ -991,13 +1065,21 @@ fn transmission(
     let queue = Mutex::new(queue);
     let read_result = std::thread::scope(|scope| {
         for _ in 0..workers {
-            let (queue, budget, reply) = (&queue, &budget, &reply);
+            let (queue, budget, reply, seen) = (&queue, &budget, &reply, &seen_failures);
             scope.spawn(move || loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok(job) = next else {
                     return; // the reader is done and the queue is empty
                 };
-                let result = execute(shared, id, neg.export.id, job.action, &job.payload);
+                let result = carry_out(
+                    shared,
+                    id,
+                    neg.export.id,
+                    job.action,
+                    &job.payload,
+                    job.mark,
+                    seen,
+                );
                 // Released before the reply: a client that does not read its
                 // replies must not keep payload memory held.
                 shared.release(budget, job.payload.len() as u64);
@@ -1015,9 +1097,14 @@ fn transmission(
             &reply,
             &flush_replies,
             &broken,
+            &seen_failures,
             jobs,
         )
     });
+    // The connection's acknowledged writes are in the store before it ends.
+    if let Some(behind) = shared.behind() {
+        behind.settle();
+    }
     // Every worker has finished and replied by now.
     if let Some(e) = broken.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e);
@@ -1034,10 +1121,11 @@ fn read_requests(
     id: u64,
     neg: &Negotiated,
     input: &mut BufReader<impl Read>,
-    budget: &PayloadBudget,
+    budget: &Arc<PayloadBudget>,
     reply: &(dyn Fn(&Request, Outcome, bool) + Sync),
     flush_replies: &dyn Fn(),
     broken: &Mutex<Option<io::Error>>,
+    seen_failures: &AtomicU64,
     jobs: mpsc::SyncSender<Job>,
 ) -> io::Result<()> {
     let oid = neg.export.id;
@@ -1106,14 +1194,35 @@ fn read_requests(
             structured: neg.structured,
             max_payload: MAX_PAYLOAD,
         };
+        // What the request must see: the writes acknowledged before it arrived.
+        let mark = shared.behind().map_or(0, |b| b.mark());
         match check(&req, &limits) {
             // The caller waits for the requests in flight before it closes.
             Ok(Action::Disconnect) => return Ok(()),
+            Ok(action @ Action::Write { fua: false, .. }) if shared.behind().is_some() => {
+                let queued = Queued {
+                    conn: id,
+                    oid,
+                    action,
+                    payload,
+                    budget: budget.clone(),
+                };
+                let behind = shared.behind().expect("checked above");
+                match behind.push(queued) {
+                    Ok(()) => reply(&req, Ok(None), false),
+                    // The applier is gone (only after a panic): carry it out here.
+                    Err(q) => {
+                        let result = execute(shared, id, oid, q.action, &q.payload);
+                        shared.release(budget, q.payload.len() as u64);
+                        reply(&req, result, false);
+                    }
+                }
+            }
             // Nothing more has arrived (the client waits for this reply: queue
             // depth one), or a small write: the reader carries it out itself
             // and spares two thread switches.
             Ok(action) if input.buffer().is_empty() || runs_inline(&action) => {
-                let result = execute(shared, id, oid, action, &payload);
+                let result = carry_out(shared, id, oid, action, &payload, mark, seen_failures);
                 shared.release(budget, payload.len() as u64);
                 reply(&req, result, false);
             }
@@ -1122,6 +1231,7 @@ fn read_requests(
                     req,
                     action,
                     payload,
+                    mark,
                 };
                 if jobs.send(job).is_err() {
                     return Ok(()); // no worker left: only after a panic
@@ -1187,6 +1297,39 @@ fn reason(req: &Request, limits: &Limits, errno: Errno) -> &'static str {
 type Outcome = Result<Option<Vec<u8>>, (Errno, String)>;
 
 /// Carries out a valid request on the store.
+/// Carries out a request that does not go to the write-behind queue: after
+/// the queued writes it must see (`mark`), and reporting to a request that
+/// flushes the queued writes that failed since the connection last heard.
+fn carry_out(
+    shared: &Shared,
+    id: u64,
+    oid: u64,
+    action: Action,
+    payload: &[u8],
+    mark: u64,
+    seen_failures: &AtomicU64,
+) -> Outcome {
+    let Some(behind) = shared.behind() else {
+        return execute(shared, id, oid, action, payload);
+    };
+    behind.wait_for(mark);
+    let flushes = matches!(
+        action,
+        Action::Flush
+            | Action::Write { fua: true, .. }
+            | Action::Trim { fua: true, .. }
+            | Action::WriteZeroes { fua: true, .. }
+    );
+    let result = execute(shared, id, oid, action, payload);
+    match flushes.then(|| behind.unreported(seen_failures)).flatten() {
+        Some((errno, msg)) => {
+            shared.log(&format!("connection {id}: replied {errno}: {msg}"));
+            Err((errno, msg))
+        }
+        None => result,
+    }
+}
+
 fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -> Outcome {
     let store = &shared.store;
     let fail = |what: String, e: Error| {

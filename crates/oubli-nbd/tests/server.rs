@@ -8,6 +8,7 @@ use oubli_nbd::exports::*;
 use oubli_nbd::proto::*;
 use oubli_nbd::{serve, Endpoint, ServerConfig};
 use std::io::{Read, Write};
+use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 
@@ -353,7 +354,6 @@ fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir_store(dir.path());
     create_export(&store, "disk", 8 * MIB).unwrap();
-    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
     let data = |i: u64, len: u32| {
         let mut d = vec![0u8; len as usize];
         fill_random(9000 + i, &mut d);
@@ -362,7 +362,17 @@ fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
     let small: Vec<Vec<u8>> = (0..48).map(|i| data(i, SMALL)).collect();
     let large = data(99, 256 * 1024);
     let at = |i: u64| i * 37 * 4096; // scattered, inside the first 8 MiB
-    for structured in [false, true] {
+                                     // With the write-behind queue (the default) the reader replies to the
+                                     // writes it queues; without it, it carries the small ones out itself.
+    for (structured, write_behind) in [(false, true), (true, true), (false, false)] {
+        let mut served = Served::start(
+            store.clone(),
+            dir.path(),
+            ServerConfig {
+                write_behind: write_behind.then(Default::default),
+                ..ServerConfig::default()
+            },
+        );
         let mut c = RawClient::connect(&served.socket, "disk", structured);
         // A server that keeps a reply back makes the client wait here, not hang.
         c.s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
@@ -403,8 +413,124 @@ fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
         assert!(c.read(at(48), SMALL).unwrap() == last);
         assert!(c.read(7 * MIB, large.len() as u32).unwrap() == large);
         c.disconnect();
+        served.shutdown();
     }
+}
+
+/// Writes are acknowledged once queued (`oubli_nbd::WriteBehind`). A read
+/// sent after a write's reply sees that write, on the writer's connection
+/// and on any other, and a FLUSH on any connection makes it durable. Each
+/// round queues 40 MiB of writes faster than they are sealed, so the queue
+/// is still being carried out when the read arrives: without the read's wait
+/// for the queue it returns the old bytes.
+#[test]
+fn reads_and_flushes_see_every_write_acknowledged_before_them() {
+    const W: u64 = 4 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 40 * MIB).unwrap();
+    store.commit().unwrap();
+    let mut served = Served::start(
+        store.clone(),
+        dir.path(),
+        ServerConfig {
+            commit_on_shutdown: false,
+            ..ServerConfig::default()
+        },
+    );
+    let mut a = RawClient::connect(&served.socket, "disk", false);
+    let mut b = RawClient::connect(&served.socket, "disk", true);
+    let block = |seed: u64| {
+        let mut d = vec![0u8; W as usize];
+        fill_random(seed, &mut d);
+        d
+    };
+    for round in 0..4u64 {
+        for i in 0..10 {
+            assert_eq!(a.write(i * W, &block(round * 100 + i)), 0);
+        }
+        // The newest write, read on the other connection in even rounds and
+        // on the writer's own in odd ones.
+        let reader = if round % 2 == 0 { &mut b } else { &mut a };
+        let got = reader.read(9 * W, W as u32).unwrap();
+        assert!(
+            got == block(round * 100 + 9),
+            "round {round}: a read after the write's reply returned other bytes"
+        );
+    }
+    // Queued writes, then a FLUSH on the other connection, then a power cut
+    // (no commit, the store dropped): the intent log holds all of them.
+    for i in 0..10 {
+        assert_eq!(a.write(i * W, &block(1000 + i)), 0);
+    }
+    assert_eq!(b.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    let epoch = store.epoch();
+    a.disconnect();
+    b.disconnect();
     served.shutdown();
+    assert_eq!(store.epoch(), epoch, "no commit was asked for");
+    drop(served);
+    drop(store);
+    let store = reopen_dir_store(dir.path());
+    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    for i in 0..10 {
+        assert!(
+            store.read(e.oid, i * W, W as usize).unwrap() == block(1000 + i),
+            "write {i} acknowledged before the FLUSH was lost"
+        );
+    }
+}
+
+/// A queued write that fails when carried out (here the medium refuses its
+/// append) was acknowledged already: the next FLUSH or FUA request of every
+/// connection open at the time says so, and it is logged. (The failed
+/// append also poisons the store, so later requests fail too; that each
+/// connection is told once is `behind`'s unit test.)
+#[test]
+fn a_queued_write_that_fails_is_reported_by_the_next_flush_of_each_connection() {
+    use oubli_media::{Fault, FaultMedium, MemMedium};
+    let medium = Arc::new(FaultMedium::new(MemMedium::new()));
+    let (store, _vault) = store_on(medium.clone(), &manual());
+    create_export(&store, "disk", 8 * MIB).unwrap();
+    store.commit().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let mut a = RawClient::connect(&served.socket, "disk", true);
+    let mut b = RawClient::connect(&served.socket, "disk", true);
+    assert_eq!(a.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    // The next mutating call on the medium fails once: the write's append.
+    medium.arm(medium.points(), Fault::FailOnce);
+    assert_eq!(
+        a.write(0, &vec![7u8; MIB as usize]),
+        0,
+        "acknowledged once queued"
+    );
+    let told = |c: &mut RawClient, flags: u16, len: u32, payload: &[u8]| {
+        let kind = if len > 0 { CMD_WRITE } else { CMD_FLUSH };
+        let cookie = c.send(kind, flags, MIB, len, payload);
+        let r = c.reply(None);
+        assert_eq!((r.cookie, r.error), (cookie, Errno::Io.code()));
+        let msg = String::from_utf8_lossy(&r.data).into_owned();
+        assert!(
+            msg.contains("acknowledged before this request failed"),
+            "{msg}"
+        );
+    };
+    told(&mut b, 0, 0, &[]); // the other connection's FLUSH
+    told(&mut a, CMD_FLAG_FUA, 4, b"fua!"); // the writer's FUA write
+    assert!(
+        served
+            .log
+            .contains("acknowledged before it was carried out"),
+        "{:?}",
+        served.log.lines()
+    );
+    let c = RawClient::connect(&served.socket, "disk", false);
+    for client in [a, b, c] {
+        client.disconnect();
+    }
+    // The store is poisoned: the shutdown commit fails, and says so.
+    assert!(served.handle.take().unwrap().shutdown().is_err());
 }
 
 /// Issue 9 item 8: a client that connects and says nothing is cut off

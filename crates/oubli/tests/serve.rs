@@ -1,6 +1,6 @@
 //! `oubli serve` as a process: argument checks, the epoch policy timer, SIGUSR1 and SIGTERM commits, export growth (needs qemu-io and nbdinfo from qemu-utils and libnbd-bin).
 
-use std::io::Read;
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -204,6 +204,77 @@ fn serve_works_on_every_key_scheme() {
             String::from_utf8_lossy(&o.stdout)
         );
     }
+}
+
+/// Writes are acknowledged once queued (oubli_nbd::WriteBehind), so `oubli
+/// commit` must wait for them: an overwrite acknowledged before the commit
+/// is erased by it, even while the clients that wrote it are still
+/// connected and their writes are still being carried out. Checked by the
+/// count of deletions pending after the commit: an overwrite carried out
+/// after the commit began would be one. Two clients queue 64 MiB each (a
+/// connection's share of the payload budget), and the commit is asked for
+/// on the control socket the moment both have their replies.
+#[test]
+fn a_commit_covers_the_writes_acknowledged_before_it() {
+    if !tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    let d = init();
+    let dir = d.path();
+    let s = Serving::start(dir, &["--export", "disk", "--size", "128M"]);
+    let o = output(
+        Command::new("qemu-io")
+            .args(["-f", "raw"])
+            .arg(uri(dir))
+            .args(["-c", "write -P 0x11 0 128M"]),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = output(oubli(dir).arg("commit"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Clients that stay connected (qemu-io reading commands from a pipe)
+    // overwrite all of it.
+    let clients: Vec<_> = ["0", "64M"]
+        .into_iter()
+        .map(|at| {
+            // `-t writeback`: qemu-io's default, writethrough, flushes every write.
+            let mut io = Command::new("qemu-io")
+                .args(["-f", "raw", "-t", "writeback"])
+                .arg(uri(dir))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            writeln!(io.stdin.as_mut().unwrap(), "write -P 0x22 {at} 64M").unwrap();
+            io
+        })
+        .collect();
+    let mut clients: Vec<_> = clients
+        .into_iter()
+        .map(|mut io| {
+            let mut from_io = std::io::BufReader::new(io.stdout.take().unwrap());
+            let mut line = String::new();
+            while !line.contains("wrote") {
+                line.clear();
+                assert!(from_io.read_line(&mut line).unwrap() > 0, "qemu-io ended");
+            }
+            io
+        })
+        .collect();
+    let commit = oubli::control::request(&dir.join("store"), "commit").unwrap();
+    assert!(matches!(commit, Some(Ok(_))), "{commit:?}");
+    let o = output(oubli(dir).args(["status", "--json"]));
+    let status = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        status.contains("\"pending_deletions\": 0,"),
+        "an overwrite acknowledged before the commit was left out of it: {status}"
+    );
+    for io in &mut clients {
+        writeln!(io.stdin.take().unwrap(), "quit").unwrap();
+        assert!(io.wait().unwrap().success());
+    }
+    let (ok, out) = s.stop();
+    assert!(ok, "{out}");
 }
 
 fn uri(dir: &Path) -> String {

@@ -447,7 +447,9 @@ impl RawClient {
             match kind {
                 REPLY_TYPE_OFFSET_DATA => data.extend_from_slice(&payload[8..]),
                 REPLY_TYPE_ERROR => {
+                    // The error number, then the message: kept in `data`.
                     error = u32::from_be_bytes(payload[0..4].try_into().unwrap());
+                    data.extend_from_slice(&payload[6..]);
                 }
                 REPLY_TYPE_NONE => {}
                 other => panic!("unexpected chunk type {other}"),

@@ -337,15 +337,20 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     };
     register().map_err(|e| Failure::file("installing signal handlers", e))?;
 
+    // Writes acknowledged before they are carried out (oubli_nbd::WriteBehind):
+    // every commit asked for from outside waits for them, so an overwrite
+    // acknowledged before `oubli commit` is erased by it.
+    let behind = Arc::new(oubli_nbd::WriteBehind::new());
     // `oubli commit` / `purge` / `status` reach this process through the store's control socket.
     let control_path = oubli::control::socket_path(&g.store);
     let control = oubli::control::ControlServer::start(
         &control_path,
         store.clone(),
         served_status(g.store.clone(), liveness.clone()),
-        snapshot
-            .clone()
-            .map(|s| Arc::new(ServedSnapshot(s)) as Arc<dyn Frontend>),
+        Some(match snapshot.clone() {
+            Some(s) => Arc::new(ServedSnapshot(s)) as Arc<dyn Frontend>,
+            None => Arc::new(ServedLive(behind.clone())),
+        }),
     )
     .map_err(|e| Failure::file(format!("control socket {}", control_path.display()), e))?;
 
@@ -362,6 +367,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             tls,
             log: Arc::new(log),
             liveness: vec![liveness.clone()],
+            write_behind: Some(behind.clone()),
             ..ServerConfig::default()
         },
     )
@@ -404,6 +410,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if purge.swap(false, Ordering::SeqCst) {
+            behind.settle();
             match store.commit() {
                 Ok(()) => log(&format!("committed epoch {} (SIGUSR1)", store.epoch())),
                 Err(e) => log(&format!("commit failed: {e}")),
@@ -464,6 +471,21 @@ fn served_status(
         }];
         Ok(serde_json::to_string(&report).expect("plain data"))
     })
+}
+
+/// The live store's front-end: a control request runs once every write
+/// acknowledged before it is in the store.
+struct ServedLive(Arc<oubli_nbd::WriteBehind>);
+
+impl Frontend for ServedLive {
+    fn quiesced(&self, f: &mut dyn FnMut()) {
+        self.0.settle();
+        f()
+    }
+
+    fn answer(&self, _line: &str) -> Option<Result<String, oubli::control::Refusal>> {
+        None
+    }
 }
 
 /// Keeps the snapshot this process serves from being removed under its

@@ -7,7 +7,7 @@
 //! | NBD | store | erasure |
 //! |---|---|---|
 //! | `READ` | `read` | |
-//! | `WRITE` (+`FUA` → `flush`) | `write` | the overwritten bytes, at the next commit |
+//! | `WRITE` (+`FUA` → `flush`) | `write` (without FUA: after the reply, [`WriteBehind`]) | the overwritten bytes, at the next commit |
 //! | `FLUSH` | `flush`: durable through the intent log, the epoch stays open | |
 //! | `TRIM` | `punch_hole` | the trimmed bytes, at the next commit |
 //! | `WRITE_ZEROES` | `punch_hole`; with `NO_HOLE`, `write` of zeros | the old bytes, at the next commit |

@@ -6,8 +6,9 @@
 //! wire and a few workers that carry them out, so a client with a queue
 //! depth above one keeps both the cores and the medium busy; replies go out
 //! as requests finish (NBD matches them by cookie), and a disconnect waits
-//! for the requests in flight. Connections run in parallel on the shared
-//! store.
+//! for the requests in flight. Writes without FUA go to the server's
+//! write-behind queue instead ([`crate::behind`]) and are answered at once.
+//! Connections run in parallel on the shared store.
 //!
 //! Deletion semantics: TRIM and WRITE_ZEROES without `NO_HOLE` punch a hole
 //! (`Store::punch_hole`), so the old bytes are erased at the next commit;

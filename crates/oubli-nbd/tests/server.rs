@@ -3,11 +3,12 @@
 mod common;
 
 use common::*;
-use oubli_core::Error;
+use oubli_core::{Error, Store};
 use oubli_nbd::exports::*;
 use oubli_nbd::proto::*;
 use oubli_nbd::{serve, Endpoint, ServerConfig};
 use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
@@ -59,34 +60,14 @@ fn concurrent_connections_share_the_export() {
 #[test]
 fn flush_on_one_connection_covers_the_others() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir_store(dir.path());
-    create_export(&store, "disk", 4 * MIB).unwrap();
-    store.commit().unwrap();
-    let mut served = Served::start(
-        store.clone(),
-        dir.path(),
-        ServerConfig {
-            commit_on_shutdown: false,
-            ..ServerConfig::default()
-        },
-    );
-    let mut a = RawClient::connect(&served.socket, "disk", false);
-    let mut b = RawClient::connect(&served.socket, "disk", true);
+    let (store, served, mut a, mut b) = served_without_commit(dir.path(), 4 * MIB);
     assert!(a.flags & FLAG_CAN_MULTI_CONN != 0);
     let data = vec![0x3cu8; 3 * 32 * 1024 + 100]; // whole and partial cells
     assert_eq!(a.write(12345, &data), 0);
     assert_eq!(b.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
     // FUA on a write covers that write.
     assert_eq!(b.cmd(CMD_WRITE, CMD_FLAG_FUA, 2 * MIB, 5, b"fua!!"), 0);
-    let epoch = store.epoch();
-    a.disconnect();
-    b.disconnect();
-    served.shutdown();
-    assert_eq!(store.epoch(), epoch, "no commit was asked for");
-    drop(served);
-    drop(store); // dropped without a commit: only the intent log has the writes
-    let store = reopen_dir_store(dir.path());
-    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    let (store, e) = power_cut(dir.path(), store, served, a, b);
     assert!(store.read(e.oid, 12345, data.len()).unwrap() == data);
     assert_eq!(store.read(e.oid, 2 * MIB, 5).unwrap(), b"fua!!");
 }
@@ -427,19 +408,7 @@ fn a_burst_of_small_writes_gets_every_reply_while_the_client_waits() {
 fn reads_and_flushes_see_every_write_acknowledged_before_them() {
     const W: u64 = 4 * MIB;
     let dir = tempfile::tempdir().unwrap();
-    let store = dir_store(dir.path());
-    create_export(&store, "disk", 40 * MIB).unwrap();
-    store.commit().unwrap();
-    let mut served = Served::start(
-        store.clone(),
-        dir.path(),
-        ServerConfig {
-            commit_on_shutdown: false,
-            ..ServerConfig::default()
-        },
-    );
-    let mut a = RawClient::connect(&served.socket, "disk", false);
-    let mut b = RawClient::connect(&served.socket, "disk", true);
+    let (store, served, mut a, mut b) = served_without_commit(dir.path(), 40 * MIB);
     let block = |seed: u64| {
         let mut d = vec![0u8; W as usize];
         fill_random(seed, &mut d);
@@ -464,15 +433,7 @@ fn reads_and_flushes_see_every_write_acknowledged_before_them() {
         assert_eq!(a.write(i * W, &block(1000 + i)), 0);
     }
     assert_eq!(b.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
-    let epoch = store.epoch();
-    a.disconnect();
-    b.disconnect();
-    served.shutdown();
-    assert_eq!(store.epoch(), epoch, "no commit was asked for");
-    drop(served);
-    drop(store);
-    let store = reopen_dir_store(dir.path());
-    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    let (store, e) = power_cut(dir.path(), store, served, a, b);
     for i in 0..10 {
         assert!(
             store.read(e.oid, i * W, W as usize).unwrap() == block(1000 + i),
@@ -620,4 +581,45 @@ fn payload_memory_in_flight_is_capped_per_server() {
         .peak_inflight_bytes
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(peak > 0 && peak <= CAP, "peak {peak} over the cap {CAP}");
+}
+
+/// A committed export of `size` bytes, served without a commit at
+/// shutdown, and two clients (simple and structured replies).
+fn served_without_commit(dir: &Path, size: u64) -> (Arc<Store>, Served, RawClient, RawClient) {
+    let store = dir_store(dir);
+    create_export(&store, "disk", size).unwrap();
+    store.commit().unwrap();
+    let served = Served::start(
+        store.clone(),
+        dir,
+        ServerConfig {
+            commit_on_shutdown: false,
+            ..ServerConfig::default()
+        },
+    );
+    let a = RawClient::connect(&served.socket, "disk", false);
+    let b = RawClient::connect(&served.socket, "disk", true);
+    (store, served, a, b)
+}
+
+/// A power cut after the clients' last FLUSH: they leave, the server stops,
+/// the store is dropped without a commit and reopened from its medium, where
+/// only the intent log has the writes. Returns it and the export.
+fn power_cut(
+    dir: &Path,
+    store: Arc<Store>,
+    mut served: Served,
+    a: RawClient,
+    b: RawClient,
+) -> (Store, Export) {
+    let epoch = store.epoch();
+    a.disconnect();
+    b.disconnect();
+    served.shutdown();
+    assert_eq!(store.epoch(), epoch, "no commit was asked for");
+    drop(served);
+    drop(store);
+    let store = reopen_dir_store(dir);
+    let e = lookup_export(&store, "disk").unwrap().unwrap();
+    (store, e)
 }

@@ -55,6 +55,10 @@ pub enum Error {
     Exists(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A write that would have grown an object of fixed size
+    /// ([`Store::write_inside`](crate::Store::write_inside)); nothing was written.
+    #[error("past the end: {0}")]
+    PastEnd(String),
     #[error("the store is open read-only")]
     ReadOnly,
     #[error("writes refused until the vault takes a commit (policy refuse-writes): {0}")]

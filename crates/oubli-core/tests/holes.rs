@@ -188,3 +188,33 @@ fn punch_holes_is_the_same_punches_counted_as_one_deletion() {
     drop(batched);
     assert_eq!(read_all(&fx.reopen(), oids[0]), want);
 }
+
+/// `write_inside` (a block device's writes) never grows an object: a write
+/// that would end past its size is refused whole, and the size and bytes
+/// stay as they were; one that ends at the size goes through.
+#[test]
+fn write_inside_refuses_to_grow_an_object() {
+    let s = common::store(CreateOptions::default());
+    let oid = s.create_object(b"").unwrap();
+    s.write(oid, 0, &vec![1u8; 2 * CS as usize]).unwrap();
+    let err = s
+        .write_inside(oid, CS, &vec![2u8; CS as usize + 1])
+        .unwrap_err();
+    assert!(matches!(err, oubli_core::Error::PastEnd(_)), "{err}");
+    assert_eq!(s.size(oid).unwrap(), 2 * CS);
+    assert!(s
+        .read(oid, 0, 2 * CS as usize)
+        .unwrap()
+        .iter()
+        .all(|b| *b == 1));
+    s.write_inside(oid, CS, &vec![2u8; CS as usize]).unwrap();
+    assert_eq!(s.read(oid, CS, 1).unwrap(), [2]);
+    let shrinks = s.shrink_generation();
+    s.truncate(oid, CS).unwrap();
+    assert!(
+        s.shrink_generation() > shrinks,
+        "a truncate counts as a shrink"
+    );
+    assert!(s.write_inside(oid, CS - 1, b"ab").is_err());
+    assert_eq!(s.size(oid).unwrap(), CS);
+}

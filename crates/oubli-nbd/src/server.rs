@@ -960,7 +960,8 @@ fn truncated(what: &str, got: usize, want: usize) -> io::Error {
 /// What a store error becomes on the wire.
 fn errno_of(e: &Error) -> Errno {
     match e {
-        Error::NoSpace(_) => Errno::NoSpc,
+        // A write past an export's end, as the protocol asks.
+        Error::NoSpace(_) | Error::PastEnd(_) => Errno::NoSpc,
         Error::ReadOnly => Errno::Perm,
         Error::Invalid(_) => Errno::Inval,
         // Integrity failures, I/O errors, a vanished export, an unknown vault
@@ -1132,6 +1133,11 @@ fn read_requests(
     let oid = neg.export.id;
     let store = &shared.store;
     let mut header = [0u8; REQUEST_LEN];
+    // The export's size and the store's shrink count it was read at: asked
+    // again only when something may have shrunk it (`Store::size` waits for
+    // the engine lock, which the write-behind thread holds through each
+    // write: asking on every request held up the replies).
+    let mut known_size: Option<(u64, u64)> = None;
     loop {
         if broken.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             return Ok(()); // the reply side failed; transmission reports it
@@ -1182,11 +1188,19 @@ fn read_requests(
             }
         }
         // The export may have shrunk since the handshake: honour the smaller size.
-        let size = match store.size(oid) {
-            Ok(s) => s.min(neg.export.size),
-            Err(e) => {
-                shared.log(&format!("connection {id}: export unavailable: {e}"));
-                0
+        let shrinks = store.shrink_generation();
+        let size = match known_size {
+            Some((at, size)) if at == shrinks => size,
+            _ => {
+                let size = match store.size(oid) {
+                    Ok(s) => s.min(neg.export.size),
+                    Err(e) => {
+                        shared.log(&format!("connection {id}: export unavailable: {e}"));
+                        0
+                    }
+                };
+                known_size = Some((shrinks, size));
+                size
             }
         };
         let limits = Limits {
@@ -1379,8 +1393,12 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
                         })?,
                     None => false,
                 };
+                // Checked against the size under the engine lock too: the
+                // export may have shrunk since the reader checked it (a
+                // queued write is carried out later), and a write must not
+                // grow it back.
                 store
-                    .write(oid, offset, data)
+                    .write_inside(oid, offset, data)
                     .map_err(|e| fail(format!("WRITE at {offset} length {len}"), e))?;
                 if let (Some(l), true) = (live, relearn) {
                     l.relearn(store, &log);
@@ -1441,7 +1459,7 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
                 while pos < end {
                     let n = (end - pos).min(zeros.len() as u64) as usize;
                     store
-                        .write(oid, pos, &zeros[..n])
+                        .write_inside(oid, pos, &zeros[..n])
                         .map_err(|e| fail(what(), e))?;
                     pos += n as u64;
                 }

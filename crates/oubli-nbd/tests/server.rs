@@ -250,6 +250,8 @@ fn shrinking_under_a_connected_client() {
     create_export(&store, "disk", 2 * MIB).unwrap();
     let served = Served::start(store.clone(), dir.path(), ServerConfig::default());
     let mut c = RawClient::connect(&served.socket, "disk", false);
+    // A request first, so that the server knows the size before the shrink.
+    assert_eq!(c.write(MIB + 10, b"x"), 0);
     resize_export(&store, "disk", MIB).unwrap();
     assert_eq!(c.write(MIB + 10, b"x"), Errno::NoSpc.code());
     assert_eq!(c.read(MIB, 1), Err(Errno::Inval.code()));
@@ -261,6 +263,39 @@ fn shrinking_under_a_connected_client() {
     delete_export(&store, "disk").unwrap();
     assert!(c.read(0, 1).is_err());
     c.disconnect();
+}
+
+/// An export shrunk while writes past its new end wait in the write-behind
+/// queue (acknowledged, checked against the old size): they are not
+/// written, the export is not extended again, and the next FLUSH says so
+/// (`ENOSPC`). 40 MiB are queued faster than they are sealed, and the
+/// export is shrunk the moment the last reply is in.
+#[test]
+fn writes_queued_past_a_shrunk_end_do_not_extend_the_export() {
+    const W: u64 = 4 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    create_export(&store, "disk", 64 * MIB).unwrap();
+    let mut served = Served::start(store.clone(), dir.path(), ServerConfig::default());
+    let mut c = RawClient::connect(&served.socket, "disk", false);
+    let mut data = vec![0u8; W as usize];
+    fill_random(77, &mut data);
+    for i in 0..10 {
+        assert_eq!(c.write(24 * MIB + i * W, &data), 0);
+    }
+    resize_export(&store, "disk", 32 * MIB).unwrap();
+    let flush = c.cmd(CMD_FLUSH, 0, 0, 0, &[]);
+    assert_eq!(
+        lookup_export(&store, "disk").unwrap().unwrap().size,
+        32 * MIB,
+        "a queued write extended the shrunk export again"
+    );
+    let refused = served.log.contains("past the object's end");
+    assert!(refused, "nothing was still queued: the test proved nothing");
+    assert_eq!(flush, Errno::NoSpc.code());
+    assert_eq!(c.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0, "reported once");
+    c.disconnect();
+    served.shutdown();
 }
 
 /// A client with many requests in flight (queue depth 32, as fio and qemu

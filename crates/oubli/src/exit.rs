@@ -55,7 +55,7 @@ pub fn exit_code(error: &Error) -> i32 {
         Error::AlreadyInitialized(_) | Error::Exists(_) => EXISTS,
         Error::Rollback { .. } | Error::Corrupt(_) | Error::LogDamaged(_) => INTEGRITY,
         Error::NoName(_) | Error::NoObject(_) | Error::NoSnapshot(_) | Error::NoShare(_) => NO_NAME,
-        Error::Invalid(_) => USAGE,
+        Error::Invalid(_) | Error::PastEnd(_) => USAGE,
         Error::Version(_) | Error::UnknownKeyScheme(_) | Error::ReadOnly => UNEXPECTED,
     }
 }

@@ -43,6 +43,7 @@ use oubli_crypto::{
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
@@ -207,6 +208,8 @@ pub struct Store {
     /// Signalled when a commit that released the lock for its I/O lands.
     commit_landed: Condvar,
     shared: Shared,
+    /// Truncations and deletions of objects, ever ([`Store::shrink_generation`]).
+    shrinks: AtomicU64,
 }
 
 /// What never changes while a store is open, usable without the engine lock.
@@ -436,6 +439,16 @@ impl Store {
 
     pub fn size(&self, oid: u64) -> Result<u64> {
         Ok(self.lock_beside_commit().record(oid)?.size)
+    }
+
+    /// A number that changes whenever an object may have become smaller or
+    /// gone (a truncate, a delete), read without the engine lock. A
+    /// front-end that checks requests against an object's size on every
+    /// request (the NBD server) keeps the size and asks [`size`](Self::size)
+    /// again only when this changes: `size` waits for the engine lock, which
+    /// a writer holds through each write.
+    pub fn shrink_generation(&self) -> u64 {
+        self.shrinks.load(Ordering::SeqCst)
     }
 
     /// Replaces the object's front-end metadata.

@@ -214,6 +214,7 @@ impl Store {
             io_guard: engine.ctx.io_guard.clone(),
         };
         Ok(Store {
+            shrinks: AtomicU64::new(0),
             engine: Mutex::new(engine),
             commit_landed: Condvar::new(),
             shared,

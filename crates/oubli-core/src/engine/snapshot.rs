@@ -141,6 +141,7 @@ impl Store {
             .ok_or_else(|| Error::NoSnapshot(name.to_string()))?;
         let view = e.read_only_view(snap.tree.clone());
         Ok(Store {
+            shrinks: AtomicU64::new(0),
             engine: Mutex::new(view),
             commit_landed: Condvar::new(),
             shared: Shared {

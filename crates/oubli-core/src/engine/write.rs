@@ -36,6 +36,19 @@ impl Store {
     /// Writes `data` at `offset`, extending the object if needed. The old
     /// bytes of an overwritten range are erased at the next commit.
     pub fn write(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_checked(oid, offset, data, false)
+    }
+
+    /// [`write`](Self::write) for an object whose size is fixed (a block
+    /// device's export): refused with [`Error::PastEnd`], writing nothing,
+    /// if it would end past the object's size — checked under the engine
+    /// lock with the write, so a truncate that a caller's own check raced
+    /// with cannot be undone by the write growing the object back.
+    pub fn write_inside(&self, oid: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_checked(oid, offset, data, true)
+    }
+
+    fn write_checked(&self, oid: u64, offset: u64, data: &[u8], inside: bool) -> Result<()> {
         let sealed = self.seal_whole_cells(oid, offset, data);
         let mut prefetched = Vec::new();
         let mut e = self.lock_beside_commit();
@@ -78,6 +91,16 @@ impl Store {
             }
             drop(guard);
             e = self.lock_beside_commit();
+        }
+        if inside {
+            let size = e.record(oid)?.size;
+            let end = offset.saturating_add(data.len() as u64);
+            if end > size {
+                return Err(Error::PastEnd(format!(
+                    "a write at {offset} of {} bytes ends past the object's end ({size} bytes)",
+                    data.len()
+                )));
+            }
         }
         e.write(oid, offset, data, sealed, &mut prefetched)?;
         self.settle(e);
@@ -143,7 +166,11 @@ impl Store {
     /// Sets the size; bytes past a smaller size are erased at the next commit.
     pub fn truncate(&self, oid: u64, size: u64) -> Result<()> {
         let mut e = self.lock_beside_commit();
-        e.as_one_deletion(|e| e.truncate(oid, size))?;
+        let truncated = e.as_one_deletion(|e| e.truncate(oid, size));
+        // Counted under the lock, failed or not: whoever sees the new count
+        // and asks for the size waits for this truncate to be over.
+        self.shrinks.fetch_add(1, Ordering::SeqCst);
+        truncated?;
         self.settle(e);
         Ok(())
     }
@@ -172,7 +199,9 @@ impl Store {
     /// Deletes the object and all its data; erased at the next commit.
     pub fn delete(&self, oid: u64) -> Result<()> {
         let mut e = self.lock_beside_commit();
-        e.delete(oid)?;
+        let deleted = e.delete(oid);
+        self.shrinks.fetch_add(1, Ordering::SeqCst); // as in `truncate`
+        deleted?;
         self.settle(e);
         Ok(())
     }

@@ -162,7 +162,7 @@ impl Places<'_> {
                 format!("name already exists: {name}"),
                 "choose another name or remove the old one with `oubli rm`".into(),
             ),
-            Error::Invalid(why) => (
+            Error::Invalid(why) | Error::PastEnd(why) => (
                 format!("invalid argument: {why}"),
                 "see `oubli --help` and docs/CLI.md".into(),
             ),

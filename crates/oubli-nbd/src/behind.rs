@@ -29,14 +29,22 @@
 //!   a commit asked for on the control socket or by SIGUSR1
 //!   ([`WriteBehind::settle`]): an overwrite acknowledged before `oubli
 //!   commit` is erased by it.
-//! - **Memory is bounded.** A queued write keeps holding its payload budget
-//!   (`ServerConfig::max_inflight_bytes` and the connection's share) until it
-//!   is applied, so a reader outrunning the queue waits for it.
+//! - **Memory is bounded.** The queue holds at most [`QUEUE_BYTES`] of
+//!   payloads (a reader outrunning the applier waits to queue more), and a
+//!   queued write keeps holding its payload budget
+//!   (`ServerConfig::max_inflight_bytes` and the connection's share) until
+//!   it is applied.
 
 use crate::proto::Errno;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// The payload bytes the queue holds at most (one larger write still goes
+/// in, alone). A few requests' worth is all the overlap needs; without it,
+/// the queue filled the whole payload budget (256 MiB) and `oubli serve`
+/// peaked at 470 MiB in bench/nbd.
+pub const QUEUE_BYTES: u64 = 32 << 20;
 
 /// What a failed request replies: the error number and a message.
 pub(crate) type Failure = (Errno, String);
@@ -46,6 +54,8 @@ pub(crate) type Failure = (Errno, String);
 /// whoever else commits the store can [`settle`](Self::settle) it first.
 pub struct WriteBehind<T = crate::server::Queued> {
     state: Mutex<State<T>>,
+    /// The most payload bytes queued at once ([`QUEUE_BYTES`] by default).
+    cap: u64,
     /// Signalled when a write is queued or the applier is told to stop.
     queued: Condvar,
     /// Signalled when writes have been applied (or the applier is gone).
@@ -53,7 +63,9 @@ pub struct WriteBehind<T = crate::server::Queued> {
 }
 
 struct State<T> {
-    waiting: VecDeque<T>,
+    waiting: VecDeque<(T, u64)>,
+    /// Payload bytes of the writes waiting or being applied.
+    bytes: u64,
     /// Writes ever queued; a write's sequence number is this count once it is in.
     pushed: u64,
     /// Writes applied (or given up on), in order: every write numbered up to here is done.
@@ -71,6 +83,7 @@ impl<T> Default for WriteBehind<T> {
         WriteBehind {
             state: Mutex::new(State {
                 waiting: VecDeque::new(),
+                bytes: 0,
                 pushed: 0,
                 done: 0,
                 failures: 0,
@@ -78,6 +91,7 @@ impl<T> Default for WriteBehind<T> {
                 applier: false,
                 stopping: false,
             }),
+            cap: QUEUE_BYTES,
             queued: Condvar::new(),
             applied: Condvar::new(),
         }
@@ -100,14 +114,19 @@ impl<T> WriteBehind<T> {
         self.wait_for(mark);
     }
 
-    /// Queues a write; gives it back if no applier runs (the caller then
-    /// carries it out itself, before replying).
-    pub(crate) fn push(&self, write: T) -> Result<(), T> {
+    /// Queues a write of `bytes` payload bytes, first waiting while the
+    /// queue holds its cap; gives it back if no applier runs (the caller
+    /// then carries it out itself, before replying).
+    pub(crate) fn push(&self, write: T, bytes: u64) -> Result<(), T> {
         let mut s = self.lock();
+        while s.applier && !s.stopping && s.bytes > 0 && s.bytes + bytes > self.cap {
+            s = self.applied.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
         if !s.applier || s.stopping {
             return Err(write);
         }
-        s.waiting.push_back(write);
+        s.waiting.push_back((write, bytes));
+        s.bytes += bytes;
         s.pushed += 1;
         drop(s);
         self.queued.notify_one();
@@ -162,7 +181,7 @@ impl<T> WriteBehind<T> {
 
     /// For the applier: every write waiting, oldest first (waits for one);
     /// `None` once stopping and nothing is left.
-    pub(crate) fn next_batch(&self) -> Option<Vec<T>> {
+    pub(crate) fn next_batch(&self) -> Option<Vec<(T, u64)>> {
         let mut s = self.lock();
         loop {
             if !s.waiting.is_empty() {
@@ -175,10 +194,11 @@ impl<T> WriteBehind<T> {
         }
     }
 
-    /// For the applier: one more write is applied, with its outcome.
-    pub(crate) fn applied(&self, outcome: Result<(), Failure>) {
+    /// For the applier: one more write (of `bytes`) is applied, with its outcome.
+    pub(crate) fn applied(&self, bytes: u64, outcome: Result<(), Failure>) {
         let mut s = self.lock();
         s.done += 1;
+        s.bytes -= bytes;
         if let Err(f) = outcome {
             s.failures += 1;
             s.last_failure = Some(f);
@@ -200,6 +220,7 @@ impl<T> WriteBehind<T> {
             ));
         }
         s.waiting.clear();
+        s.bytes = 0;
         s.done = s.pushed;
         s.applier = false;
         drop(s);
@@ -210,16 +231,49 @@ impl<T> WriteBehind<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
+
+    #[test]
+    fn a_full_queue_makes_the_next_push_wait_for_the_applier() {
+        let q: Arc<WriteBehind<u32>> = Arc::new(WriteBehind::new());
+        q.start();
+        q.push(1, QUEUE_BYTES - 1).unwrap();
+        let in_queue = Arc::new(AtomicBool::new(false));
+        let pusher = {
+            let (q, in_queue) = (q.clone(), in_queue.clone());
+            std::thread::spawn(move || {
+                q.push(2, 2).unwrap();
+                in_queue.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!in_queue.load(Ordering::SeqCst), "the cap was not kept");
+        let batch = q.next_batch().unwrap();
+        assert_eq!(batch, vec![(1, QUEUE_BYTES - 1)]);
+        q.applied(QUEUE_BYTES - 1, Ok(()));
+        pusher.join().unwrap();
+        assert!(in_queue.load(Ordering::SeqCst));
+        // One write larger than the cap still goes in, alone.
+        assert_eq!(q.next_batch().unwrap(), vec![(2, 2)]);
+        q.applied(2, Ok(()));
+        q.push(3, 2 * QUEUE_BYTES).unwrap();
+        q.stop();
+        q.applier_gone();
+    }
 
     #[test]
     fn waiters_wake_once_their_writes_are_applied_and_failures_reach_each_connection_once() {
         let q: Arc<WriteBehind<u32>> = Arc::new(WriteBehind::new());
-        assert_eq!(q.push(1), Err(1), "without an applier the caller applies");
+        assert_eq!(
+            q.push(1, 8),
+            Err(1),
+            "without an applier the caller applies"
+        );
         q.start();
         let early = AtomicU64::new(q.failures());
-        q.push(1).unwrap();
-        q.push(2).unwrap();
+        q.push(1, 8).unwrap();
+        q.push(2, 8).unwrap();
         let mark = q.mark();
         assert_eq!(mark, 2);
         let applier = {
@@ -227,14 +281,14 @@ mod tests {
             std::thread::spawn(move || {
                 let mut got = Vec::new();
                 while let Some(batch) = q.next_batch() {
-                    for w in batch {
+                    for (w, bytes) in batch {
                         got.push(w);
                         let outcome = if w == 2 {
                             Err((Errno::NoSpc, "disk full".to_string()))
                         } else {
                             Ok(())
                         };
-                        q.applied(outcome);
+                        q.applied(bytes, outcome);
                     }
                 }
                 q.applier_gone();
@@ -256,7 +310,7 @@ mod tests {
         );
         q.stop();
         assert_eq!(applier.join().unwrap(), vec![1, 2]);
-        assert_eq!(q.push(3), Err(3), "stopped: the caller applies again");
+        assert_eq!(q.push(3, 8), Err(3), "stopped: the caller applies again");
         q.settle();
     }
 }

@@ -462,7 +462,7 @@ fn apply_queued(shared: &Shared, behind: &WriteBehind) {
     }
     let _gone = Gone(behind);
     while let Some(batch) = behind.next_batch() {
-        for q in batch {
+        for (q, bytes) in batch {
             let result = execute(shared, q.conn, q.oid, q.action, &q.payload);
             shared.release(&q.budget, q.payload.len() as u64);
             if result.is_err() {
@@ -472,7 +472,7 @@ fn apply_queued(shared: &Shared, behind: &WriteBehind) {
                     q.conn
                 ));
             }
-            behind.applied(result.map(|_| ()));
+            behind.applied(bytes, result.map(|_| ()));
         }
     }
 }
@@ -1223,7 +1223,8 @@ fn read_requests(
                     budget: budget.clone(),
                 };
                 let behind = shared.behind().expect("checked above");
-                match behind.push(queued) {
+                let bytes = queued.payload.len() as u64;
+                match behind.push(queued, bytes) {
                     Ok(()) => reply(&req, Ok(None), false),
                     // The applier is gone (only after a panic): carry it out here.
                     Err(q) => {
@@ -1311,7 +1312,6 @@ fn reason(req: &Request, limits: &Limits, errno: Errno) -> &'static str {
 
 type Outcome = Result<Option<Vec<u8>>, (Errno, String)>;
 
-/// Carries out a valid request on the store.
 /// Carries out a request that does not go to the write-behind queue: after
 /// the queued writes it must see (`mark`), and reporting to a request that
 /// flushes the queued writes that failed since the connection last heard.
@@ -1345,6 +1345,7 @@ fn carry_out(
     }
 }
 
+/// Carries out a valid request on the store.
 fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -> Outcome {
     let store = &shared.store;
     let fail = |what: String, e: Error| {

@@ -211,9 +211,10 @@ fn serve_works_on_every_key_scheme() {
 /// is erased by it, even while the clients that wrote it are still
 /// connected and their writes are still being carried out. Checked by the
 /// count of deletions pending after the commit: an overwrite carried out
-/// after the commit began would be one. Two clients queue 64 MiB each (a
-/// connection's share of the payload budget), and the commit is asked for
-/// on the control socket the moment both have their replies.
+/// after the commit began would be one. Two clients fill the write-behind
+/// queue, and the commit is asked for on a control connection opened
+/// beforehand (so that the control thread is already reading it) the
+/// moment both clients have their replies.
 #[test]
 fn a_commit_covers_the_writes_acknowledged_before_it() {
     if !tool("qemu-io", "qemu-utils") {
@@ -231,6 +232,12 @@ fn a_commit_covers_the_writes_acknowledged_before_it() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let o = output(oubli(dir).arg("commit"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The control thread polls for connections: it must be waiting on this
+    // one's request line before the writes, not find it up to 50 ms later.
+    let mut control =
+        std::os::unix::net::UnixStream::connect(oubli::control::socket_path(&dir.join("store")))
+            .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     // Clients that stay connected (qemu-io reading commands from a pipe)
     // overwrite all of it.
     let clients: Vec<_> = ["0", "64M"]
@@ -261,8 +268,12 @@ fn a_commit_covers_the_writes_acknowledged_before_it() {
             io
         })
         .collect();
-    let commit = oubli::control::request(&dir.join("store"), "commit").unwrap();
-    assert!(matches!(commit, Some(Ok(_))), "{commit:?}");
+    control.write_all(b"commit\n").unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(control)
+        .read_line(&mut reply)
+        .unwrap();
+    assert!(reply.starts_with("ok "), "{reply}");
     let o = output(oubli(dir).args(["status", "--json"]));
     let status = String::from_utf8_lossy(&o.stdout);
     assert!(

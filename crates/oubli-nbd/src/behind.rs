@@ -173,10 +173,13 @@ impl<T> WriteBehind<T> {
         s.stopping = false;
     }
 
-    /// Tells the applier to finish the queue and return.
+    /// Tells the applier to finish the queue and return. A reader still
+    /// waiting to queue (none, when the server stops: its connections have
+    /// ended) carries its write out itself.
     pub(crate) fn stop(&self) {
         self.lock().stopping = true;
         self.queued.notify_all();
+        self.applied.notify_all();
     }
 
     /// For the applier: every write waiting, oldest first (waits for one);

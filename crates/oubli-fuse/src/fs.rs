@@ -77,7 +77,6 @@ pub(crate) fn errno(e: StoreError) -> Errno {
         StoreError::NoObject(_) | StoreError::NoName(_) => Errno::ENOENT,
         StoreError::Exists(_) => Errno::EEXIST,
         StoreError::Invalid(_) => Errno::EINVAL,
-        StoreError::PastEnd(_) => Errno::EFBIG,
         StoreError::ReadOnly => Errno::EROFS,
         StoreError::NoSpace(_) => Errno::ENOSPC,
         other => {

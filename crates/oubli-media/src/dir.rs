@@ -84,8 +84,8 @@ struct Writer {
     file: Arc<File>,
     /// The segment's length as we wrote it; `append` checks against it.
     len: u64,
-    /// Where the kernel was last asked to start writing out (see [`WRITE_BEHIND`]).
-    written_behind: u64,
+    /// Where the kernel was last asked to start writing out (see [`WRITEBACK_HINT`]).
+    hinted_to: u64,
 }
 
 /// Every this many appended bytes, a segment's new bytes are handed to the
@@ -96,7 +96,7 @@ struct Writer {
 /// the disk works while the client writes instead of after. Measured with
 /// ext4 on an NBD export (docs/NBD.md, Performance): 1–2 MiB did best;
 /// 32 MiB gained little over none.
-const WRITE_BEHIND: u64 = 2 << 20;
+const WRITEBACK_HINT: u64 = 2 << 20;
 
 #[derive(Debug)]
 struct DirState {
@@ -345,7 +345,7 @@ impl DirMedium {
                     return Ok(Writer {
                         file: Arc::new(f),
                         len: 0,
-                        written_behind: 0,
+                        hinted_to: 0,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -367,7 +367,7 @@ impl DirMedium {
         Ok(Writer {
             file: Arc::new(f),
             len,
-            written_behind: len,
+            hinted_to: len,
         })
     }
 
@@ -430,18 +430,18 @@ impl Medium for DirMedium {
             st.writers.remove(id);
             return Err(e);
         }
-        let mut write_behind = None;
+        let mut hint = None;
         if let Some(w) = st.writers.get(id) {
             w.len = offset + data.len() as u64;
-            if w.len - w.written_behind >= WRITE_BEHIND {
-                write_behind = Some((w.written_behind, w.len - w.written_behind));
-                w.written_behind = w.len;
+            if w.len - w.hinted_to >= WRITEBACK_HINT {
+                hint = Some((w.hinted_to, w.len - w.hinted_to));
+                w.hinted_to = w.len;
             }
         }
         // The hint may wait for the device's queue: not under the lock
         // that every append and every reader's handle lookup takes.
         drop(st);
-        if let Some((from, len)) = write_behind {
+        if let Some((from, len)) = hint {
             start_writeback(&file, from, len);
         }
         Ok(())

@@ -1209,8 +1209,9 @@ fn read_requests(
             structured: neg.structured,
             max_payload: MAX_PAYLOAD,
         };
-        // What the request must see: the writes acknowledged before it arrived.
-        let mark = shared.behind().map_or(0, |b| b.mark());
+        // What a request that is not queued must see: the writes
+        // acknowledged before it arrived.
+        let mark = || shared.behind().map_or(0, |b| b.mark());
         match check(&req, &limits) {
             // The caller waits for the requests in flight before it closes.
             Ok(Action::Disconnect) => return Ok(()),
@@ -1238,7 +1239,7 @@ fn read_requests(
             // depth one), or a small write: the reader carries it out itself
             // and spares two thread switches.
             Ok(action) if input.buffer().is_empty() || runs_inline(&action) => {
-                let result = carry_out(shared, id, oid, action, &payload, mark, seen_failures);
+                let result = carry_out(shared, id, oid, action, &payload, mark(), seen_failures);
                 shared.release(budget, payload.len() as u64);
                 reply(&req, result, false);
             }
@@ -1247,7 +1248,7 @@ fn read_requests(
                     req,
                     action,
                     payload,
-                    mark,
+                    mark: mark(),
                 };
                 if jobs.send(job).is_err() {
                     return Ok(()); // no worker left: only after a panic

@@ -154,6 +154,8 @@ def build(by, ossl):
             f"{ratio:.2f}x", None, "", f"<= {COMMIT_FLAT_MAX_RATIO:.1f}x (flat)",
             verdict(ratio <= COMMIT_FLAT_MAX_RATIO))
 
+    add_stall_rows(add, by)
+
     for pattern, limit, label in (("seq_1mib", META_SEQ_MAX_PCT, "1 MiB sequential"),
                                   ("rand_4k", META_RAND_MAX_PCT, "4 KiB random")):
         o = one(by, "overhead", pattern=pattern)
@@ -167,6 +169,39 @@ def build(by, ossl):
                 f"{o['logical_bytes']:,} B written; zero gaps sealed in partial cells count as data above",
                 f"(<= {limit} %)", verdict(o["percent_of_logical"] <= limit))
     return rows, aead
+
+
+def spread(recs, key):
+    """Median of `key` over rounds, and its range."""
+    import statistics
+    xs = [r[key] for r in recs]
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def add_stall_rows(add, by):
+    """Issue 15's commit-stall target, and the automatic cleaner's pause beside the cleaner off."""
+    quiet = [r for r in by.get("commit_stall", []) if r["mode"] == "no-commits"]
+    busy = [r for r in by.get("commit_stall", []) if r["mode"] == "commit-every-1s"]
+    if quiet and busy:
+        p99, lo, hi = spread(busy, "p99_ms")
+        top, _, _ = spread(busy, "max_ms")
+        add(f"4 KiB writer, commit every 1 s ({busy[0]['vault_delay_ms']} ms vault): p99",
+            f"{p99:.3f} ms", None, f"rounds {lo:.3f}-{hi:.3f} ms; p50 {spread(busy, 'p50_ms')[0]:.3f}, "
+            f"max {top:.1f} ms", "<= 5 ms", verdict(hi <= 5.0))
+        ratio = spread(busy, "writes_per_s")[0] / spread(quiet, "writes_per_s")[0]
+        add("  its throughput / no commits", f"{ratio:.2f}x", None, "", ">= 0.90x", verdict(ratio >= 0.9))
+    for pattern in ("seq", "rand"):
+        recs = [r for r in by.get("cleaner_stall", []) if r.get("pattern") == pattern]
+        off = [r for r in recs if r["mode"] == "cleaner-off"]
+        on = [r for r in recs if r["mode"] == "cleaner-default"]
+        if not (off and on):
+            continue
+        for label, group in (("cleaner off", off), ("default cleaner", on)):
+            mb, _, _ = spread(group, "mb_per_s")
+            top, lo, hi = spread(group, "max_ms")
+            add(f"1 MiB {pattern} writer, {label}: longest write", f"{top:.1f} ms", None,
+                f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(group, 'p99_ms')[0]:.2f} ms; {mb:,.0f} MB/s; "
+                f"medium {spread(group, 'medium_bytes')[0] / (1 << 20):,.0f} MiB")
 
 
 def quartiles(xs):

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use store::BoxResult;
 
-const GROUPS: [&str; 8] = [
+const GROUPS: [&str; 9] = [
     "aead",
     "plain",
     "seq",
@@ -24,6 +24,7 @@ const GROUPS: [&str; 8] = [
     "commit-units",
     "commit-size",
     "commit-stall",
+    "cleaner-stall",
     "scale",
 ];
 
@@ -46,9 +47,12 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --aead-size SIZE     volume per in-process AEAD measurement          [512M]
   --stall-secs S       seconds of each commit-stall run                [10]
   --stall-rounds N     commit-stall rounds (each: no commits, then a commit every 1 s) [3]
-  --vault-delay MS     the commit-stall vault's rotation time          [50]
+  --vault-delay MS     the commit-stall and cleaner-stall vault's rotation time [50]
+  --clean-span SIZE    object the cleaner-stall writer goes round      [1G]
+  --clean-total SIZE   bytes the cleaner-stall writer writes per run   [6G]
+  --clean-rounds N     cleaner-stall rounds (each: cleaner off, then default) [2]
   --scale LIST         file counts of the scale stores                  [10000,100000,1000000]
-  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,scale
+  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,cleaner-stall,scale
   --seed N             seed of the random offsets                      [42]
   --keep               keep the stores and files (default: removed after each benchmark)
 ";
@@ -68,6 +72,9 @@ struct Config {
     stall_secs: f64,
     stall_rounds: usize,
     vault_delay_ms: u64,
+    clean_span: u64,
+    clean_total: u64,
+    clean_rounds: usize,
     scale: Vec<u64>,
     only: HashSet<String>,
     seed: u64,
@@ -107,6 +114,9 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
         stall_secs: 10.0,
         stall_rounds: 3,
         vault_delay_ms: 50,
+        clean_span: 1 << 30,
+        clean_total: 6 << 30,
+        clean_rounds: 2,
         scale: vec![10_000, 100_000, 1_000_000],
         only: GROUPS.iter().map(|s| s.to_string()).collect(),
         seed: 42,
@@ -144,6 +154,11 @@ fn parse_args(args: Vec<String>) -> Result<Config, String> {
             }
             "--vault-delay" => {
                 c.vault_delay_ms = value()?.parse().map_err(|_| "bad --vault-delay")?
+            }
+            "--clean-span" => c.clean_span = whole_mib(parse_size(&value()?)?),
+            "--clean-total" => c.clean_total = whole_mib(parse_size(&value()?)?),
+            "--clean-rounds" => {
+                c.clean_rounds = value()?.parse().map_err(|_| "bad --clean-rounds")?
             }
             "--only" => {
                 let v = value()?;
@@ -186,6 +201,10 @@ fn space_needed(c: &Config, units_store: u64, cell: u64) -> u64 {
     if on("commit-size") {
         // Both stores stay open while their commits alternate.
         peak = peak.max((c.big + c.small) + (c.big + c.small) / 50);
+    }
+    if on("cleaner-stall") {
+        // With the cleaner off, every byte written stays on the medium.
+        peak = peak.max(c.clean_total + c.clean_total / 50);
     }
     peak + (256 << 20)
 }
@@ -366,6 +385,15 @@ fn run(c: &Config) -> BoxResult<()> {
             64 << 20,
             c.vault_delay_ms,
             c.stall_rounds,
+        )?;
+    }
+    if on("cleaner-stall") {
+        stall::cleaner_stall(
+            &work,
+            c.clean_span,
+            c.clean_total,
+            c.vault_delay_ms,
+            c.clean_rounds,
         )?;
     }
     if on("scale") {

@@ -1,8 +1,8 @@
-//! Commit stall: a 4 KiB random writer while another thread commits every second against a vault slowed on purpose, beside the same writer with no commits.
+//! Stalls: a 4 KiB random writer while another thread commits every second against a vault slowed on purpose, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
 
-use crate::report::{mb_per_s, say, Rec};
+use crate::report::{mb_per_s, say, Rec, MIB};
 use crate::store::BoxResult;
-use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
+use oubli_core::{CleanerPolicy, CreateOptions, EpochPolicy, Medium, Options, Store, Vault};
 use oubli_media::{DirMedium, SplitMix64};
 use oubli_vault::{MemoryVault, SlowVault};
 use std::path::Path;
@@ -158,4 +158,149 @@ pub fn commit_stall(
         }
     }
     Ok(())
+}
+
+/// Where the cleaner-stall writer puts its 1 MiB writes.
+#[derive(Clone, Copy)]
+enum Pattern {
+    /// In order, round and round: whole segments die (the cleaner deletes them).
+    Sequential,
+    /// At random aligned offsets: segments die partly (the cleaner copies
+    /// what is left in them).
+    Random,
+}
+
+/// One writer: `total` bytes in 1 MiB writes over a `span`-byte object, on
+/// the default epoch policy and the given cleaner policy. Every overwrite
+/// leaves dead bytes, so the cleaner runs every few commits when it is on.
+fn stream_once(
+    dir: &Path,
+    span: u64,
+    total: u64,
+    pattern: Pattern,
+    vault_delay: Duration,
+    cleaner: CleanerPolicy,
+) -> BoxResult<(Run, u64)> {
+    let medium = Arc::new(DirMedium::create(dir)?);
+    let store = Store::create(
+        medium as Arc<dyn Medium>,
+        |record| {
+            let v = Arc::new(SlowVault::new(
+                MemoryVault::new(record.clone()),
+                vault_delay,
+            ));
+            Ok(v as Arc<dyn Vault>)
+        },
+        CreateOptions::default(),
+        Options {
+            cleaner,
+            ..Default::default()
+        },
+    )?;
+    let oid = store.create_object(b"")?;
+    let mut block = vec![0u8; 1 << 20];
+    let mut rng = SplitMix64::new(7);
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    let blocks = (span >> 20).max(1);
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    for i in 0..(total >> 20) {
+        let at = match pattern {
+            Pattern::Sequential => (i % blocks) << 20,
+            // The first round fills the object, so reads of it find data.
+            Pattern::Random if i < blocks => i << 20,
+            Pattern::Random => rng.below(blocks) << 20,
+        };
+        block[..8].copy_from_slice(&i.to_le_bytes());
+        let t = Instant::now();
+        store.write(oid, at, &block)?;
+        latencies.push(t.elapsed().as_secs_f64());
+    }
+    store.flush()?;
+    let secs = start.elapsed().as_secs_f64();
+    // What a mount's or server's timer does within a second: the commit
+    // that deletes what the cleaner emptied.
+    store.tick();
+    store.commit()?;
+    let medium_bytes = store.status()?.medium_bytes;
+    drop(store);
+    latencies.sort_by(f64::total_cmp);
+    let run = Run {
+        latencies,
+        secs,
+        commits: Vec::new(),
+    };
+    Ok((run, medium_bytes))
+}
+
+/// The automatic cleaner's pause: a streaming writer with the default
+/// cleaner policy beside the same writer with the cleaner off, `rounds`
+/// times alternately; reports p50/p99/max write latency, throughput and the
+/// medium's size at the end (what the cleaner kept from growing).
+pub fn cleaner_stall(
+    work: &Path,
+    span: u64,
+    total: u64,
+    vault_delay_ms: u64,
+    rounds: usize,
+) -> BoxResult<()> {
+    let delay = Duration::from_millis(vault_delay_ms);
+    say(format!(
+        "cleaner stall: one thread writes {} MiB in 1 MiB writes over a {} MiB object, in order \
+         (seq) or at random aligned offsets after a first fill (rand), on the default epoch \
+         policy (a commit per GiB); the vault's rotation takes {vault_delay_ms} ms; default \
+         cleaner against the cleaner off; {rounds} round(s), alternating",
+        total >> 20,
+        span >> 20
+    ));
+    for round in 1..=rounds {
+        for (pattern, name) in [(Pattern::Sequential, "seq"), (Pattern::Random, "rand")] {
+            for (mode, policy) in [
+                ("cleaner-off", CleanerPolicy::off()),
+                ("cleaner-default", CleanerPolicy::default()),
+            ] {
+                let dir = work.join(format!("cleaner-{name}-{mode}-{round}"));
+                let (run, medium_bytes) = stream_once(&dir, span, total, pattern, delay, policy)?;
+                std::fs::remove_dir_all(&dir)?;
+                report_stream(name, mode, round, vault_delay_ms, &run, medium_bytes);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints and records one cleaner-stall run.
+fn report_stream(
+    pattern: &str,
+    mode: &str,
+    round: usize,
+    vault_delay_ms: u64,
+    run: &Run,
+    medium_bytes: u64,
+) {
+    let ms = |s: f64| s * 1000.0;
+    let rate = mb_per_s(run.latencies.len() as u64 * MIB, run.secs);
+    say(format!(
+        "cleaner stall {pattern} {mode} round {round}: {rate:.1} MB/s, latency p50 {:.2} ms, \
+         p99 {:.2} ms, p99.9 {:.1} ms, max {:.1} ms; medium {} MiB at the end",
+        ms(run.pct(0.5)),
+        ms(run.pct(0.99)),
+        ms(run.pct(0.999)),
+        ms(run.pct(1.0)),
+        medium_bytes >> 20
+    ));
+    Rec::new("cleaner_stall")
+        .str("pattern", pattern)
+        .str("mode", mode)
+        .int("round", round as u64)
+        .int("vault_delay_ms", vault_delay_ms)
+        .num("mb_per_s", rate)
+        .num("p50_ms", ms(run.pct(0.5)))
+        .num("p99_ms", ms(run.pct(0.99)))
+        .num("p999_ms", ms(run.pct(0.999)))
+        .num("max_ms", ms(run.pct(1.0)))
+        .int("medium_bytes", medium_bytes)
+        .emit();
 }

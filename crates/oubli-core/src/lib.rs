@@ -31,9 +31,10 @@ mod vectors;
 
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
-    name_hash, CleanerPolicy, ConsolidateReport, CreateOptions, EpochPolicy, FsckReport, GcReport,
-    Options, Overhead, ShareInfo, ShareOpener, SnapshotInfo, SnapshotUsage, Status, Store,
-    VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED, SMALL_CELL_SIZE,
+    name_hash, CleanerPolicy, CleanerProgress, ConsolidateReport, CreateOptions, EpochPolicy,
+    FsckReport, GcReport, Options, Overhead, ShareInfo, ShareOpener, SnapshotInfo, SnapshotUsage,
+    Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED,
+    SMALL_CELL_SIZE,
 };
 pub use error::{Error, Result};
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};

@@ -552,36 +552,39 @@ impl Tree {
     }
 
     /// Path-copies every node for which `rewrite_node` says yes, and lets
-    /// `rewrite_value` change leaf values in place (returning true when it
-    /// did). Subtrees that need neither are left untouched. Used by the
-    /// cleaner to move live units out of victim segments.
+    /// `rewrite_value` change leaf values in place. Subtrees that need
+    /// neither are left untouched. Used by the cleaner to move live units
+    /// out of victim segments.
     ///
-    /// The nodes it changes stay in memory until a commit, so it stops
-    /// changing any once they take `budget` bytes (counted down); returns
-    /// whether it went through the whole tree (false: call it again after
-    /// a commit for the rest).
+    /// Starts at the key `from` (values below it are not visited), and
+    /// stops where `rewrite_value` says [`Visit::Stop`] or, since the nodes
+    /// it changes stay in memory until a commit, where they have taken
+    /// `budget` bytes (counted down). Returns `None` when it went through
+    /// the rest of the tree, or the key to start the next call at.
     pub fn rewrite(
         &mut self,
         src: &dyn NodeSource,
         freed: &mut Vec<NodePtr>,
         budget: &mut usize,
+        from: Option<&Key>,
         rewrite_node: &dyn Fn(&NodePtr) -> bool,
-        rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
-    ) -> Result<bool> {
+        rewrite_value: &mut dyn FnMut(&Key, &mut Value) -> Result<Visit>,
+    ) -> Result<Option<Key>> {
         let Some((root, level)) = &mut self.root else {
-            return Ok(true);
+            return Ok(None);
         };
         let copied = freed.len();
         let mut rw = Rewrite {
             src,
             budget,
-            complete: true,
+            from,
+            resume: None,
             rewrite_node,
             rewrite_value,
         };
-        rw.node(root, *level, freed)?;
+        rw.node(root, *level, from.copied().unwrap_or(Key::MIN), freed)?;
         self.dirty_nodes += freed.len() - copied;
-        Ok(rw.complete)
+        Ok(rw.resume)
     }
 }
 
@@ -766,20 +769,42 @@ fn walk_rec(
 }
 
 /// One [`Tree::rewrite`] walk: what it asks, and what it may still change.
+/// What [`Tree::rewrite`]'s value callback did with a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    Unchanged,
+    Changed,
+    /// Left it unchanged, and the walk stops here: the next call starts
+    /// at this value's key.
+    Stop,
+}
+
 struct Rewrite<'a> {
     src: &'a dyn NodeSource,
     budget: &'a mut usize,
-    /// False once a subtree was skipped for want of budget.
-    complete: bool,
+    /// Values below it are not visited.
+    from: Option<&'a Key>,
+    /// Set when the walk stopped: where the next one starts.
+    resume: Option<Key>,
     rewrite_node: &'a dyn Fn(&NodePtr) -> bool,
-    rewrite_value: &'a mut dyn FnMut(&Key, &mut Value) -> Result<bool>,
+    rewrite_value: &'a mut dyn FnMut(&Key, &mut Value) -> Result<Visit>,
 }
 
 impl Rewrite<'_> {
-    /// Rewrites `child`'s subtree; returns whether it changed.
-    fn node(&mut self, child: &mut Child, level: u8, freed: &mut Vec<NodePtr>) -> Result<bool> {
+    /// Rewrites `child`'s subtree, whose keys are at least `lower`; returns
+    /// whether it changed.
+    fn node(
+        &mut self,
+        child: &mut Child,
+        level: u8,
+        lower: Key,
+        freed: &mut Vec<NodePtr>,
+    ) -> Result<bool> {
+        if self.resume.is_some() {
+            return Ok(false);
+        }
         if *self.budget == 0 {
-            self.complete = false;
+            self.resume = Some(lower);
             return Ok(false);
         }
         let must_copy = matches!(child, Child::Disk(p) if (self.rewrite_node)(p));
@@ -792,14 +817,34 @@ impl Rewrite<'_> {
                 // Values may change size: the leaf's size is counted anew.
                 let mut entries = std::mem::take(leaf).into_entries();
                 for (k, v) in entries.iter_mut() {
-                    changed |= (self.rewrite_value)(k, v)?;
+                    if self.from.is_some_and(|f| *k < *f) {
+                        continue;
+                    }
+                    match (self.rewrite_value)(k, v)? {
+                        Visit::Unchanged => {}
+                        Visit::Changed => changed = true,
+                        Visit::Stop => {
+                            self.resume = Some(*k);
+                            break;
+                        }
+                    }
                 }
                 *leaf = Leaf::new(entries);
             }
             Node::Inner(level, children) => {
                 let mut child_freed = Vec::new();
-                for (_, c) in children.iter_mut() {
-                    changed |= self.node(c, *level - 1, &mut child_freed)?;
+                let n = children.len();
+                for i in 0..n {
+                    // Wholly below `from`: the next child starts at or before it.
+                    if let Some(f) = self.from {
+                        if i + 1 < n && children[i + 1].0 <= *f {
+                            continue;
+                        }
+                    }
+                    // The first child is unbounded below: it starts where its parent does.
+                    let child_lower = if i == 0 { lower } else { children[i].0 };
+                    let (_, c) = &mut children[i];
+                    changed |= self.node(c, *level - 1, child_lower, &mut child_freed)?;
                 }
                 freed.extend(child_freed);
             }

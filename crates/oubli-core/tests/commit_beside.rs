@@ -164,3 +164,89 @@ fn a_medium_failure_anywhere_in_a_commit_poisons_the_store() {
         );
     }
 }
+
+/// A cleaner run goes on a slice per change, beside a commit in flight too.
+/// The victims it finishes emptying meanwhile are still named by the tree
+/// that commit captured, so they must outlive its landing: a power cut
+/// right after it leaves that tree as the store's.
+#[test]
+fn victims_emptied_beside_a_commit_outlive_its_landing() {
+    use oubli_core::CleanerPolicy;
+    use oubli_media::TearMode;
+    const CELL: usize = 32 << 10;
+    let medium = Arc::new(MemMedium::with_segment_capacity(256 << 10));
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let v = vault.clone();
+    let store = Store::create(
+        medium.clone(),
+        move |r| {
+            v.store(r)?;
+            Ok(v)
+        },
+        CreateOptions::default(),
+        Options {
+            policy: EpochPolicy {
+                bytes: Some(4 << 20),
+                ..EpochPolicy::manual()
+            },
+            cleaner: CleanerPolicy {
+                dead_share: 0.1,
+                min_dead_bytes: 64 << 10,
+                threshold: 0.9,
+                max_move_bytes: 64 << 20,
+            },
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let store = Arc::new(store);
+    // Every other cell overwritten: each of the first segments half dead.
+    let a = store.create_object(b"a").unwrap();
+    let mut model: Vec<u8> = (0..2 << 20).map(|i| (i / CELL) as u8).collect();
+    store.write(a, 0, &model).unwrap();
+    store.commit().unwrap();
+    for cell in (0..64).step_by(2) {
+        let data = vec![0xa0 ^ cell as u8; CELL];
+        store.write(a, (cell * CELL) as u64, &data).unwrap();
+        model[cell * CELL..(cell + 1) * CELL].copy_from_slice(&data);
+    }
+    store.commit().unwrap();
+    // A commit the epoch policy makes starts the cleaner.
+    let b = store.create_object(b"b").unwrap();
+    store.write(b, 0, &vec![0xbb; 4 << 20]).unwrap();
+    let status = store.status().unwrap();
+    let run = status
+        .cleaner
+        .expect("the policy commit started a cleaner run");
+    assert!(run.victims > 0 && run.bytes_moved == 0, "{run:?}");
+
+    vault.hold();
+    let committing = {
+        let store = store.clone();
+        std::thread::spawn(move || store.commit())
+    };
+    vault.wait_until_entered();
+    // Each change carries out a slice of the run.
+    let c = store.create_object(b"c").unwrap();
+    for i in 0..64u64 {
+        store.write(c, i * 4096, &[i as u8; 4096]).unwrap();
+    }
+    vault.release();
+    committing.join().unwrap().unwrap();
+    let status = store.status().unwrap();
+    assert!(status.cleaner.is_none(), "the run did not end");
+    assert!(
+        status.segments_awaiting_commit > 0,
+        "the victims emptied beside the commit went with it"
+    );
+
+    store.flush().unwrap();
+    // Power cut right after the landing (every write and deletion so far
+    // reached the medium): the landed commit's tree is the store's.
+    let after_cut = Arc::new(medium.crash(TearMode::KeepAll, 1));
+    cut_power(store);
+    let store = Store::open(after_cut, vault, options()).unwrap();
+    assert!(store.read(a, 0, model.len()).unwrap() == model);
+    assert_eq!(store.read(b, 0, 4 << 20).unwrap(), vec![0xbb; 4 << 20]);
+    assert_eq!(store.read(c, 63 * 4096, 4096).unwrap(), vec![63u8; 4096]);
+}

@@ -1,6 +1,6 @@
 //! Threads writing and reading their own objects while another commits and cleans: no errors, no torn or stale data.
 
-use oubli_core::Medium;
+use oubli_core::{CleanerPolicy, EpochPolicy, Medium, Store, ROOT_DIR};
 use oubli_media::{MemMedium, SplitMix64};
 use oubli_testkit::{harness, marker};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,98 @@ fn readers_and_writers_race_commits_and_the_cleaner() {
 }
 
 fn readers_and_writers_race_with(scheme: u8) {
-    let options = harness::options(3);
+    let store = race(harness::options(3), scheme, |store, _| {
+        store.commit().unwrap();
+        store.gc(0.7).unwrap();
+    });
+    assert_eq!(
+        store.fsck(&mut |_| {}).unwrap().problems,
+        Vec::<String>::new()
+    );
+}
+
+/// The same race with the cleaner the store runs by itself: the epoch
+/// policy commits every 256 KiB written, each commit may start a run, and
+/// the writers' own changes carry it out a slice each, beside commits in
+/// flight, while another thread takes and drops snapshots (whose trees the
+/// run goes through too) and reads one of them.
+#[test]
+fn readers_and_writers_race_the_cleaner_running_in_slices() {
+    for scheme in harness::SCHEMES {
+        let mut options = harness::options(4);
+        options.policy = EpochPolicy {
+            bytes: Some(256 << 10),
+            ..EpochPolicy::manual()
+        };
+        options.cleaner = CleanerPolicy {
+            dead_share: 0.2,
+            min_dead_bytes: 256 << 10,
+            threshold: 0.8,
+            max_move_bytes: 4 << 20,
+        };
+        let store = race(options, scheme, |store, round| {
+            store.tick();
+            if round % 8 == 0 {
+                store
+                    .snapshot_create(&format!("s{round:06}"), None)
+                    .unwrap();
+                let names: Vec<_> = store.snapshots().into_iter().map(|s| s.name).collect();
+                if names.len() > 2 {
+                    store.snapshot_remove(&names[0]).unwrap();
+                }
+                // A snapshot's view reads what the cleaner moves in its
+                // tree. It may fail (an error, never other bytes) only once
+                // the generation that tells its holders to drop it moved.
+                let generation = store.snapshot_generation();
+                let view = store.snapshot(names.last().unwrap()).unwrap();
+                let read_all = || -> oubli_core::Result<()> {
+                    for (_, oid) in view.list(ROOT_DIR)? {
+                        let size = view.size(oid)? as usize;
+                        view.read(oid, 0, size)?;
+                    }
+                    Ok(())
+                };
+                if let Err(e) = read_all() {
+                    assert_ne!(
+                        store.snapshot_generation(),
+                        generation,
+                        "a view failed before its generation moved: {e}"
+                    );
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        });
+        // The timer finishes a run; the commit that ends one may start another.
+        for _ in 0..100 {
+            store.tick();
+            if store.status().unwrap().cleaner.is_none() {
+                break;
+            }
+        }
+        let status = store.status().unwrap();
+        assert!(status.cleaner.is_none(), "{:?}", status.cleaner);
+        let problems = store.fsck(&mut |_| {}).unwrap().problems;
+        assert!(
+            problems.is_empty(),
+            "{} problems, the first: {:?}",
+            problems.len(),
+            &problems[..problems.len().min(3)]
+        );
+        eprintln!(
+            "scheme {scheme}: epoch {}, {} bytes on the medium, {} live",
+            status.epoch, status.medium_bytes, status.live_bytes
+        );
+    }
+}
+
+/// Four threads write, truncate and read their own objects (named in the
+/// root directory) while another calls `maintain` with a round number
+/// until they are done; returns the store.
+fn race(
+    options: oubli_core::Options,
+    scheme: u8,
+    maintain: impl Fn(&Store, u64) + Send + 'static,
+) -> Arc<Store> {
     let medium = Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT));
     let (store, _vault) = harness::create_with(medium as Arc<dyn Medium>, &options, scheme);
     let store = Arc::new(store);
@@ -24,8 +115,7 @@ fn readers_and_writers_race_with(scheme: u8) {
         std::thread::spawn(move || {
             let mut rounds = 0;
             while !stop.load(Ordering::Relaxed) {
-                store.commit().unwrap();
-                store.gc(0.7).unwrap();
+                maintain(&store, rounds);
                 rounds += 1;
             }
             rounds
@@ -36,6 +126,9 @@ fn readers_and_writers_race_with(scheme: u8) {
             let store = store.clone();
             std::thread::spawn(move || {
                 let oid = store.create_object(b"").unwrap();
+                store
+                    .link(ROOT_DIR, format!("t{t}").as_bytes(), oid)
+                    .unwrap();
                 let mut model: Vec<u8> = Vec::new();
                 let mut rng = SplitMix64::new(t);
                 for i in 0..400u64 {
@@ -70,6 +163,7 @@ fn readers_and_writers_race_with(scheme: u8) {
     }
     stop.store(true, Ordering::Relaxed);
     assert!(maintainer.join().unwrap() > 0);
+    store
 }
 
 /// Writers share the cells of one object, each owning its own slice of every

@@ -53,6 +53,12 @@ pub struct StatusReport {
     /// Snapshots the store keeps: what they hold is not erased by `rm`.
     #[serde(default)]
     pub snapshots: usize,
+    /// The automatic cleaner's run in progress (live processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaner: Option<CleanerReport>,
+    /// Segments the cleaner emptied, deleted when the next commit lands.
+    #[serde(default)]
+    pub segments_awaiting_commit: usize,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -65,6 +71,16 @@ pub struct StatusReport {
     /// Wear of the chip of a store on simulated raw NAND (`--store nand:IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nand_wear: Option<NandWearReport>,
+}
+
+/// How far the automatic cleaner's run has got.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CleanerReport {
+    /// Segments it empties.
+    pub victims: usize,
+    pub bytes_moved: u64,
+    /// Live bytes the victims held when the run started.
+    pub bytes_to_move: u64,
 }
 
 /// How worn a NAND store's chip is, and how long it lasts at an epoch
@@ -185,6 +201,12 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         vault_leftover_epochs: s.vault_leftover_epochs,
         vault_leftover_error: s.vault_leftover_error,
         snapshots: s.snapshots,
+        cleaner: s.cleaner.map(|c| CleanerReport {
+            victims: c.victims,
+            bytes_moved: c.bytes_moved,
+            bytes_to_move: c.bytes_to_move,
+        }),
+        segments_awaiting_commit: s.segments_awaiting_commit,
         live,
         wear: None,
         nbd_exports: Vec::new(),

@@ -41,6 +41,22 @@ pub struct Status {
     /// Snapshots kept: deletions in the live store do not erase what they hold.
     pub snapshots: usize,
     pub medium: String,
+    /// The automatic cleaner's run in progress, if any.
+    pub cleaner: Option<CleanerProgress>,
+    /// Segments the cleaner emptied, deleted when the next commit lands.
+    pub segments_awaiting_commit: usize,
+}
+
+/// How far the automatic cleaner's run has got (the changes carry it out,
+/// a slice each, and the timer finishes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CleanerProgress {
+    /// Segments it empties.
+    pub victims: usize,
+    /// Live bytes copied out of them so far (cells several roots share count once).
+    pub bytes_moved: u64,
+    /// Live bytes they held when the run started.
+    pub bytes_to_move: u64,
 }
 
 /// What fsck found.
@@ -225,7 +241,10 @@ impl Engine {
         let medium = &self.ctx.medium;
         let segments = medium
             .list_segments()
-            .map_err(|e| Error::io("listing segments", e))?;
+            .map_err(|e| Error::io("listing segments", e))?
+            .into_iter()
+            .filter(|&s| !self.reclaimer.is_unfinished(s))
+            .count();
         let medium_bytes = self.medium_bytes()?;
         let since = now_secs().saturating_sub(self.committed_at);
         Ok(Status {
@@ -238,7 +257,7 @@ impl Engine {
             live_bytes: self.live_bytes,
             medium_bytes,
             dead_bytes: medium_bytes.saturating_sub(self.live_bytes),
-            segments: segments.len(),
+            segments,
             unflushed_bytes: self.dirty_bytes as u64,
             vault: self.vault.info(),
             vault_writes: self.vault.write_count().ok(),
@@ -260,6 +279,8 @@ impl Engine {
             vault_leftover_error: self.vault_leftover.as_ref().map(|l| l.why.clone()),
             snapshots: self.snapshots.len(),
             medium: medium.describe(),
+            cleaner: self.cleaning.as_ref().map(|run| run.progress()),
+            segments_awaiting_commit: self.doomed_segments.len(),
         })
     }
 

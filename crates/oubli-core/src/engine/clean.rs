@@ -1,6 +1,12 @@
-//! The cleaner: reclaims segments whose units are dead, copying live units as they are (DESIGN §7).
+//! The cleaner: reclaims segments whose units are dead, copying live units as they are, a slice at a time between other work (DESIGN §7).
 
 use super::*;
+
+/// Live bytes one slice of a cleaner run copies at most before it lets go
+/// of the engine lock: a millisecond or two of copying, which the change
+/// that runs the slice waits for (a whole run under the lock was a pause of
+/// up to 600 ms for every writer).
+const SLICE_BYTES: u64 = 1 << 20;
 
 /// What a cleaner run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -11,10 +17,65 @@ pub struct GcReport {
 }
 
 impl Store {
-    /// Reclaims segments whose live share is below `threshold` (0..=1), copying their live units.
+    /// Reclaims segments whose live share is below `threshold` (0..=1),
+    /// copying their live units, then commits; returns once their space is
+    /// free. An automatic run in progress gives way to it.
     pub fn gc(&self, threshold: f64) -> Result<GcReport> {
-        self.lock().gc(threshold, u64::MAX)
+        let report = {
+            let mut e = self.lock();
+            e.cleaning = None;
+            match e.start_clean(threshold, u64::MAX)? {
+                Some(report) => report,
+                None => loop {
+                    if let Some(report) = e.clean_slice()? {
+                        break report;
+                    }
+                    if e.cleaner_needs_commit() {
+                        e.commit()?;
+                    }
+                },
+            }
+        };
+        self.commit()?;
+        Ok(report)
     }
+}
+
+/// A cleaner run in progress: its victims chosen, their live units being
+/// moved out a slice at a time.
+pub(super) struct CleanRun {
+    victims: BTreeSet<SegmentId>,
+    mover: Mover,
+    /// Where the next slice starts.
+    cursor: Cursor,
+    report: GcReport,
+    /// Live bytes the victims held when the run started.
+    to_move: u64,
+    /// Memory the nodes the run changed may still take before a commit
+    /// writes them out ([`Options::dirty_tree_bytes`] after each commit).
+    node_budget: usize,
+    /// The epoch `node_budget` was counted in.
+    budget_epoch: u64,
+}
+
+impl CleanRun {
+    pub(super) fn progress(&self) -> CleanerProgress {
+        CleanerProgress {
+            victims: self.victims.len(),
+            bytes_moved: self.mover.bytes,
+            bytes_to_move: self.to_move,
+        }
+    }
+}
+
+/// A place in the roots a run goes through: the live tree, then each
+/// snapshot's in name order.
+#[derive(Clone, Default)]
+struct Cursor {
+    /// `None`: the live tree.
+    snapshot: Option<String>,
+    /// `None`: the root's first key.
+    key: Option<Key>,
 }
 
 /// Copies the live cells of victim segments to the end of the data
@@ -23,7 +84,10 @@ impl Store {
 struct Mover {
     out: Appender,
     moved: HashMap<u64, u64>,
+    /// Bytes copied so far in the run.
     bytes: u64,
+    /// Where the current slice stops copying.
+    limit: u64,
 }
 
 /// Appends units to the data segments while the tree is borrowed (the
@@ -70,8 +134,9 @@ impl Appender {
 }
 
 impl Mover {
-    /// Moves what `tree` has in `victims`, changing at most `budget` bytes
-    /// of nodes; returns whether it moved everything.
+    /// Moves what `tree` has in `victims` from the key `from` on, until the
+    /// slice's copy limit or the changed nodes' `budget`; returns the key
+    /// the next slice starts at, or `None` at the tree's end.
     fn relocate(
         &mut self,
         victims: &BTreeSet<SegmentId>,
@@ -79,20 +144,27 @@ impl Mover {
         ctx: &Ctx,
         freed: &mut Vec<NodePtr>,
         budget: &mut usize,
-    ) -> Result<bool> {
+        from: Option<&Key>,
+    ) -> Result<Option<Key>> {
         tree.rewrite(
             ctx,
             freed,
             budget,
+            from,
             &|p: &NodePtr| victims.contains(&addr_segment(p.addr)),
             &mut |_, v| {
-                let Value::Cell(c) = v else { return Ok(false) };
+                let Value::Cell(c) = v else {
+                    return Ok(Visit::Unchanged);
+                };
                 if !victims.contains(&addr_segment(c.addr)) {
-                    return Ok(false);
+                    return Ok(Visit::Unchanged);
                 }
                 if let Some(&to) = self.moved.get(&c.addr) {
                     c.addr = to;
-                    return Ok(true);
+                    return Ok(Visit::Changed);
+                }
+                if self.bytes >= self.limit {
+                    return Ok(Visit::Stop);
                 }
                 let mut buf = vec![0u8; c.sealed_len() as usize];
                 ctx.medium
@@ -102,7 +174,7 @@ impl Mover {
                 self.moved.insert(c.addr, to);
                 c.addr = to;
                 self.bytes += buf.len() as u64;
-                Ok(true)
+                Ok(Visit::Changed)
             },
         )
     }
@@ -132,10 +204,12 @@ impl Engine {
         Ok(live)
     }
 
-    /// Runs the cleaner if the [`CleanerPolicy`] says so.
+    /// Starts a cleaner run if the [`CleanerPolicy`] says so and none is
+    /// in progress. The changes that follow carry it out, a slice each
+    /// ([`Store::settle`]); an idle store's timer finishes it.
     pub(super) fn maybe_clean(&mut self) {
         let policy = self.cleaner;
-        if policy.min_dead_bytes == u64::MAX {
+        if policy.min_dead_bytes == u64::MAX || self.cleaning.is_some() {
             return;
         }
         let total = match self.medium_bytes() {
@@ -149,12 +223,13 @@ impl Engine {
         if dead < policy.min_dead_bytes || (dead as f64) < policy.dead_share * total as f64 {
             return;
         }
-        if let Err(e) = self.gc(policy.threshold, policy.max_move_bytes) {
+        if let Err(e) = self.start_clean(policy.threshold, policy.max_move_bytes) {
             self.last_commit_error = Some(format!("cleaner: {e}"));
         }
     }
 
-    /// The bytes in the medium's segments (a listing: once per epoch at most).
+    /// The bytes in the medium's segments, but for those being deleted (a
+    /// listing: once per epoch at most).
     pub(super) fn medium_bytes(&self) -> Result<u64> {
         let mut total = 0;
         let medium = &self.ctx.medium;
@@ -162,6 +237,9 @@ impl Engine {
             .list_segments()
             .map_err(|e| Error::io("listing segments", e))?
         {
+            if self.reclaimer.is_unfinished(s) {
+                continue;
+            }
             total += medium
                 .segment_len(s)
                 .map_err(|e| Error::io("reading segment size", e))?
@@ -170,13 +248,17 @@ impl Engine {
         Ok(total)
     }
 
-    /// Cleans segments whose live share is under `threshold`, emptiest first,
-    /// copying at most about `max_move` live bytes.
-    pub(super) fn gc(&mut self, threshold: f64, max_move: u64) -> Result<GcReport> {
+    /// Starts cleaning segments whose live share is under `threshold`,
+    /// emptiest first, to copy at most about `max_move` live bytes.
+    /// Segments no root reaches any more are doomed at once: the next
+    /// commit deletes them. Returns the report if nothing is left to move
+    /// (no run starts), `None` if a run started.
+    pub(super) fn start_clean(
+        &mut self,
+        threshold: f64,
+        max_move: u64,
+    ) -> Result<Option<GcReport>> {
         self.writable()?;
-        // The in-memory tree must equal the committed one before segments
-        // that only it leaves unreferenced may go.
-        self.commit()?;
         let live = self.segment_usage()?;
         let current = self.data_segment.map(|(s, _)| s);
         let mut report = GcReport::default();
@@ -186,8 +268,14 @@ impl Engine {
             .medium
             .list_segments()
             .map_err(|e| Error::io("listing segments", e))?;
+        let doomed: HashSet<SegmentId> = self.doomed_segments.iter().copied().collect();
         for seg in segments {
-            if Some(seg) == current || seg == self.log.segment || Some(seg) == self.log.tally {
+            if Some(seg) == current
+                || seg == self.log.segment
+                || Some(seg) == self.log.tally
+                || doomed.contains(&seg)
+                || self.reclaimer.is_unfinished(seg)
+            {
                 continue;
             }
             let size = self
@@ -198,11 +286,12 @@ impl Engine {
                 .unwrap_or(0);
             let used = live.get(&seg).copied().unwrap_or(0);
             if used == 0 {
-                let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
-                self.ctx
-                    .medium
-                    .delete_segment(seg)
-                    .map_err(|e| Error::io("deleting a dead segment", e))?;
+                // No root reaches it, and no change ever adds a reference to
+                // an old segment; but the last commit's tree may still name
+                // it (a change accepted while that commit ran may have
+                // dropped it), so it goes with the next commit.
+                self.doomed_segments.push(seg);
+                self.clean_commit_due = true;
                 report.segments_deleted += 1;
                 report.bytes_reclaimed += size;
             } else if (used as f64) < threshold * size as f64 {
@@ -221,69 +310,151 @@ impl Engine {
             report.bytes_reclaimed += size - used;
         }
         if victims.is_empty() {
-            return Ok(report);
+            return Ok(Some(report));
         }
-        // Move live cells as they are (same key, same sealed bytes), once
-        // however many roots share them; nodes in victims are rewritten by
-        // the commit under fresh keys. Relocating decodes and changes every
-        // node on the way to what moves (five to eight times its sealed
-        // bytes in memory, and a victim may hold 64 MiB of nodes), so a
-        // pass stops changing nodes at the changed-tree cap; the commit
-        // after it writes them out and the next pass goes on. The victims
-        // go with the commit after the pass that found nothing left in them
-        // (DESIGN §10, "Memory is bounded").
-        let mut mover = Mover {
-            out: Appender::of(self),
-            moved: HashMap::new(),
-            bytes: 0,
-        };
-        loop {
-            mover.out = Appender::of(self);
-            // Not zero: a pass that may change nothing would never end.
-            let mut budget = self.dirty_tree_cap.max(1);
-            let result = self.relocate_everywhere(&mut mover, &victims, &mut budget);
-            mover.out.give_back(self);
-            match result {
-                Ok(true) => break,
-                Ok(false) => self.commit()?,
-                Err(e) => {
-                    self.poisoned = Some(format!("cleaner: {e}"));
-                    return Err(e);
-                }
-            }
-        }
-        report.bytes_moved = mover.bytes;
-        report.segments_deleted += victims.len();
-        self.doomed_segments.extend(victims.iter().copied());
-        self.commit()?;
-        Ok(report)
+        self.cleaning = Some(CleanRun {
+            victims,
+            mover: Mover {
+                out: Appender::of(self),
+                moved: HashMap::new(),
+                bytes: 0,
+                limit: 0,
+            },
+            cursor: Cursor::default(),
+            report,
+            to_move,
+            node_budget: 0,
+            budget_epoch: self.epoch.wrapping_sub(1),
+        });
+        Ok(None)
     }
 
-    /// Relocates what every root has in `victims`, within one `budget` of
-    /// changed nodes; returns whether nothing is left in them. The live
-    /// tree's old nodes are released, a snapshot's are shared and only traced.
-    fn relocate_everywhere(
-        &mut self,
-        mover: &mut Mover,
-        victims: &BTreeSet<SegmentId>,
-        budget: &mut usize,
-    ) -> Result<bool> {
-        let mut tree = std::mem::take(&mut self.tree);
-        let mut freed = Vec::new();
-        let mut result = mover.relocate(victims, &mut tree, &self.ctx, &mut freed, budget);
-        self.tree = tree;
-        self.release_nodes(freed);
-        let mut snapshots = std::mem::take(&mut self.snapshots);
-        for s in snapshots.values_mut() {
-            result = match result {
-                Ok(complete) => mover
-                    .relocate(victims, &mut s.tree, &self.ctx, &mut Vec::new(), budget)
-                    .map(|done| complete && done),
-                Err(e) => Err(e),
-            };
+    /// Whether the run in progress waits for a commit to write out the
+    /// nodes it changed (relocating decodes and changes every node on the
+    /// way to what moves: five to eight times its sealed bytes in memory).
+    pub(super) fn cleaner_needs_commit(&self) -> bool {
+        self.cleaning
+            .as_ref()
+            .is_some_and(|run| run.budget_epoch == self.epoch && run.node_budget == 0)
+    }
+
+    /// One slice of the run in progress: moves live cells as they are (same
+    /// key, same sealed bytes), once however many roots share them, up to
+    /// [`SLICE_BYTES`] or the changed-tree budget; nodes in victims are
+    /// rewritten by the next commit under fresh keys. Returns the report
+    /// once the run is over.
+    ///
+    /// Between slices the lock is let go and other changes run, a commit
+    /// among them. None of them puts a reference to a victim behind the
+    /// cursor: a change adds units only at the end of the data segments,
+    /// and the one change that copies references, taking a snapshot, copies
+    /// the live tree, which the run goes through first, into a root it goes
+    /// through after. So once the cursor has passed the last root, no root
+    /// reaches the victims and they are doomed. A commit already in flight
+    /// may still name them: it took the segments doomed before its capture
+    /// ([`CommitPlan`]), these go with the next one.
+    pub(super) fn clean_slice(&mut self) -> Result<Option<GcReport>> {
+        let Some(mut run) = self.cleaning.take() else {
+            return Ok(None);
+        };
+        self.writable()?;
+        if run.budget_epoch != self.epoch {
+            // Not zero: a run that may change nothing would never end.
+            run.node_budget = self.dirty_tree_cap.max(1);
+            run.budget_epoch = self.epoch;
         }
-        self.snapshots = snapshots;
-        self.snapshot_generation += 1;
-        result
+        if run.node_budget == 0 {
+            // Waiting for the commit `cleaner_needs_commit` asks for.
+            self.cleaning = Some(run);
+            return Ok(None);
+        }
+        run.mover.out = Appender::of(self);
+        run.mover.limit = run.mover.bytes + SLICE_BYTES;
+        let mut budget = run.node_budget;
+        let result = self.relocate_from(&mut run, &mut budget);
+        run.node_budget = budget;
+        run.mover.out.give_back(self);
+        match result {
+            Err(e) => {
+                // Units were appended and nodes changed: the in-memory
+                // state may be ahead of anything a commit can vouch for.
+                self.poisoned = Some(format!("cleaner: {e}"));
+                Err(e)
+            }
+            Ok(Some(next)) => {
+                run.cursor = next;
+                self.cleaning = Some(run);
+                Ok(None)
+            }
+            Ok(None) => {
+                run.report.bytes_moved = run.mover.bytes;
+                run.report.segments_deleted += run.victims.len();
+                self.doomed_segments.extend(run.victims.iter().copied());
+                self.clean_commit_due = true;
+                // Views of snapshots taken earlier may point into the victims.
+                self.snapshot_generation += 1;
+                Ok(Some(run.report))
+            }
+        }
+    }
+
+    /// Relocates what every root has in the run's victims from its cursor
+    /// on; returns where the next slice starts, or `None` at the end of the
+    /// last root. The live tree's old nodes are released, a snapshot's are
+    /// shared and only traced.
+    fn relocate_from(&mut self, run: &mut CleanRun, budget: &mut usize) -> Result<Option<Cursor>> {
+        let cursor = run.cursor.clone();
+        if cursor.snapshot.is_none() {
+            let mut tree = std::mem::take(&mut self.tree);
+            let mut freed = Vec::new();
+            let result = run.mover.relocate(
+                &run.victims,
+                &mut tree,
+                &self.ctx,
+                &mut freed,
+                budget,
+                cursor.key.as_ref(),
+            );
+            self.tree = tree;
+            self.release_nodes(freed);
+            if let Some(key) = result? {
+                return Ok(Some(Cursor {
+                    snapshot: None,
+                    key: Some(key),
+                }));
+            }
+        }
+        let names: Vec<String> = match &cursor.snapshot {
+            None => self.snapshots.keys().cloned().collect(),
+            Some(at) => self
+                .snapshots
+                .range(at.clone()..)
+                .map(|(n, _)| n.clone())
+                .collect(),
+        };
+        for name in names {
+            let from = match &cursor.snapshot {
+                Some(at) if *at == name => cursor.key,
+                _ => None,
+            };
+            let Some(snapshot) = self.snapshots.get_mut(&name) else {
+                continue;
+            };
+            let stopped = run.mover.relocate(
+                &run.victims,
+                &mut snapshot.tree,
+                &self.ctx,
+                &mut Vec::new(),
+                budget,
+                from.as_ref(),
+            )?;
+            if let Some(key) = stopped {
+                return Ok(Some(Cursor {
+                    snapshot: Some(name),
+                    key: Some(key),
+                }));
+            }
+        }
+        Ok(None)
     }
 }

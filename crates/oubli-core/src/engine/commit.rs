@@ -8,6 +8,8 @@ const DIRTY_NODES_FIRST_MEASURE: usize = 64;
 /// itself (each holds up to a few hundred bytes: a cell reference, an
 /// object record or a bucket of names).
 const PENDING_OPS_MAX: usize = 1 << 16;
+/// Cleaner slices a [`Store::tick`] carries out at most (up to 1 MiB copied each).
+const TICK_SLICES: usize = 64;
 
 impl Store {
     /// Makes every write so far durable (intent log), without ending the epoch.
@@ -25,6 +27,16 @@ impl Store {
     /// A flush, a snapshot, the cleaner and other commits wait for it
     /// (DESIGN §10).
     pub fn commit(&self) -> Result<()> {
+        let result = self.commit_beside_writes();
+        // What the commit made unreachable is deleted by a thread of its
+        // own; the caller who asked for a commit gets the space back too.
+        self.shared.reclaimer.wait_idle();
+        result
+    }
+
+    /// [`commit`](Self::commit) without waiting for the segments it
+    /// doomed to be deleted (the epoch policy's commits).
+    fn commit_beside_writes(&self) -> Result<()> {
         let mut e = self.lock();
         let plan = match e.begin_commit() {
             Ok(plan) => plan,
@@ -48,27 +60,62 @@ impl Store {
         self.commit()
     }
 
-    /// Commits if the epoch policy says so (call it from a timer).
+    /// Commits if the epoch policy says so, and finishes a cleaner run that
+    /// changes were carrying out (call it from a timer: a store with no
+    /// changes coming would otherwise leave the run where it stopped).
+    ///
+    /// A tick does at most 64 slices (`TICK_SLICES`), so that the timer's
+    /// other duties (a server's control socket) wait at most that long.
     pub fn tick(&self) {
-        self.settle(self.lock());
+        for _ in 0..TICK_SLICES {
+            let e = self.lock();
+            let cleaning = e.cleaning.is_some();
+            if !self.settle_as(e, Settler::Timer) || !cleaning {
+                return;
+            }
+        }
     }
 
-    /// After a change: runs the epoch policy, committing with the lock
-    /// released across the I/O (as [`commit`](Self::commit)) when it is due.
-    pub(super) fn settle(&self, mut e: MutexGuard<'_, Engine>) {
+    /// After a change: see [`settle_as`](Self::settle_as).
+    pub(super) fn settle(&self, e: MutexGuard<'_, Engine>) -> bool {
+        self.settle_as(e, Settler::Change)
+    }
+
+    /// After a change or on the timer: runs the epoch policy, committing
+    /// with the lock released across the I/O (as [`commit`](Self::commit))
+    /// when it is due; otherwise carries out one slice of a cleaner run in
+    /// progress. Returns false if a commit it ran failed.
+    fn settle_as(&self, mut e: MutexGuard<'_, Engine>, settler: Settler) -> bool {
         if e.pending.len() > PENDING_OPS_MAX && !e.committing {
             // Bounds the memory of the changes waiting for the intent log:
             // logging them early only makes them durable sooner. A failure
             // poisons the store, which the next change reports.
             let _ = e.flush();
         }
-        if !e.commit_due() {
-            return;
+        if e.commit_due(settler) {
+            let may_clean = e.cleaner_may_start();
+            drop(e);
+            let result = self.commit_beside_writes();
+            let ok = result.is_ok();
+            self.lock().after_policy_commit(result, may_clean);
+            return ok;
         }
-        drop(e);
-        let result = self.commit();
-        self.lock().after_policy_commit(result);
+        // Beside a commit in flight too: the segments a slice dooms wait
+        // for the commit after it.
+        if e.cleaning.is_some() {
+            if let Err(err) = e.clean_slice() {
+                e.last_commit_error = Some(format!("cleaner: {err}"));
+            }
+        }
+        true
     }
+}
+
+/// Who settles the store: a change, in its caller's path, or the timer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settler {
+    Change,
+    Timer,
 }
 
 /// A commit sealed in memory, waiting for its I/O: the new superblock and
@@ -82,6 +129,10 @@ pub(super) struct CommitPlan {
     /// rotation whether the vault still holds it.
     current: VaultRecord,
     covered: Covered,
+    /// The segments doomed when the tree was captured: this commit's tree
+    /// names none of them, so they go once it lands. Segments doomed later
+    /// wait for the next commit (this one's tree may still name them).
+    doomed: Vec<SegmentId>,
 }
 
 /// What [`CommitPlan::write`] achieved.
@@ -139,6 +190,7 @@ pub(super) struct UnknownRotation {
     log: LogPlace,
     why: String,
     covered: Covered,
+    doomed: Vec<SegmentId>,
 }
 
 /// What the new superblock's tree holds of the epoch being ended: the
@@ -174,7 +226,13 @@ impl Engine {
             Ok(now) if now.epoch == unknown.next.epoch && now.key == unknown.next.key => {
                 let previous = self.epoch;
                 let carry = Carry::AcceptedMeanwhile(unknown.covered);
-                self.finish_commit(unknown.next, unknown.slot, unknown.log, carry);
+                self.finish_commit(
+                    unknown.next,
+                    unknown.slot,
+                    unknown.log,
+                    carry,
+                    unknown.doomed,
+                );
                 // The rotation may have stopped between its two steps. If the
                 // old key cannot be destroyed yet, that is no reason to refuse
                 // the flush that asked: `status` shows it, commits retry.
@@ -184,8 +242,12 @@ impl Engine {
                 Ok(())
             }
             // The epoch stays open; the ops queued before and after the
-            // attempt are all still pending for this epoch's log.
-            Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => Ok(()),
+            // attempt are all still pending for this epoch's log, and its
+            // doomed segments wait for the next commit.
+            Ok(now) if now.epoch == self.epoch && now.key == self.epoch_key => {
+                self.doomed_segments.extend(unknown.doomed);
+                Ok(())
+            }
             Ok(_) => {
                 self.poisoned =
                     Some("the vault holds a key from neither the current nor the new epoch".into());
@@ -337,7 +399,7 @@ impl Engine {
 
     /// Whether the epoch policy wants a commit now (never while one is in
     /// flight). Retries a failed vault erasure on the way.
-    pub(super) fn commit_due(&mut self) -> bool {
+    pub(super) fn commit_due(&mut self, settler: Settler) -> bool {
         if self.read_only || self.poisoned.is_some() || self.committing {
             return false;
         }
@@ -349,6 +411,18 @@ impl Engine {
         if self.dirty_tree_over_cap() {
             return true;
         }
+        // A cleaner run doomed segments (the commit deletes them), or
+        // changed as many nodes as it may before they are written out. Those
+        // commits are for space: the timer runs them, not a writer (whose
+        // change would wait for them), and so does the epoch policy's next.
+        if settler == Settler::Timer && (self.clean_commit_due || self.cleaner_needs_commit()) {
+            return true;
+        }
+        self.epoch_policy_due()
+    }
+
+    /// Whether the [`EpochPolicy`] wants a commit.
+    fn epoch_policy_due(&self) -> bool {
         let p = &self.policy;
         let changed =
             self.stats.bytes_written > 0 || self.stats.deletions > 0 || self.stats.overwrites > 0;
@@ -357,6 +431,16 @@ impl Engine {
             || (changed
                 && p.interval
                     .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()))
+    }
+
+    /// Whether the commit that is due may start a cleaner run after it. Not
+    /// when only the cleaner asked for it (to delete what it emptied, or to
+    /// write out the nodes it changed): each commit leaves garbage of its
+    /// own (the nodes, catalog and key-scheme state it replaces), and runs
+    /// would follow one another, a vault write each, in a store nobody
+    /// writes to.
+    fn cleaner_may_start(&self) -> bool {
+        !(self.clean_commit_due || self.cleaner_needs_commit()) || self.epoch_policy_due()
     }
 
     /// True when the tree nodes changed since the last commit hold more
@@ -379,14 +463,17 @@ impl Engine {
         self.tree.dirty_mem_bytes() > self.dirty_tree_cap
     }
 
-    /// Records how a commit the policy asked for went; cleans after success.
+    /// Records how a commit the policy asked for went; after success, may
+    /// start a cleaner run.
     /// Keep-the-epoch-open policy: a failure loses nothing, erasure is
     /// delayed, the next trigger retries and `status` reports why.
-    pub(super) fn after_policy_commit(&mut self, result: Result<()>) {
+    pub(super) fn after_policy_commit(&mut self, result: Result<()>, may_clean: bool) {
         match result {
             Ok(()) => {
                 self.last_commit_error = None;
-                self.maybe_clean();
+                if may_clean {
+                    self.maybe_clean();
+                }
             }
             Err(e) => self.last_commit_error = Some(e.to_string()),
         }
@@ -395,9 +482,10 @@ impl Engine {
     /// The epoch policy under the lock (commits holding it): for callers
     /// inside a larger locked operation.
     pub(super) fn maybe_commit(&mut self) {
-        if self.commit_due() {
+        if self.commit_due(Settler::Change) {
+            let may_clean = self.cleaner_may_start();
             let result = self.commit();
-            self.after_policy_commit(result);
+            self.after_policy_commit(result, may_clean);
         }
     }
 
@@ -503,6 +591,7 @@ impl Engine {
                 stats: self.stats.clone(),
                 size_stamp: self.size_stamp,
             },
+            doomed: std::mem::take(&mut self.doomed_segments),
         })
     }
 
@@ -520,6 +609,7 @@ impl Engine {
             slot,
             log,
             covered,
+            doomed,
             ..
         } = plan;
         let carry = || {
@@ -531,10 +621,16 @@ impl Engine {
         };
         let previous = self.epoch;
         match outcome {
-            CommitOutcome::MediumFailed(context, e) => self.poison(context, e),
+            CommitOutcome::MediumFailed(context, e) => {
+                self.doomed_segments.extend(doomed);
+                self.poison(context, e)
+            }
             // The vault still holds the current key: the epoch stays open,
             // the intent log keeps every flushed write, a retry will commit.
-            CommitOutcome::VaultRefused(e) => Err(Error::Vault(e)),
+            CommitOutcome::VaultRefused(e) => {
+                self.doomed_segments.extend(doomed);
+                Err(Error::Vault(e))
+            }
             CommitOutcome::VaultUnknown(why) => {
                 self.vault_unknown = Some(UnknownRotation {
                     next,
@@ -542,17 +638,18 @@ impl Engine {
                     log,
                     why: why.clone(),
                     covered,
+                    doomed,
                 });
                 Err(Error::VaultStateUnknown(why))
             }
             // The new record is in: committed. Its second step (destroying
             // the old record) may not have happened: finished here.
             CommitOutcome::StoredWithError => {
-                self.finish_commit(next, slot, log, carry());
+                self.finish_commit(next, slot, log, carry(), doomed);
                 self.erase_vault_leftovers(previous)
             }
             CommitOutcome::Stored => {
-                self.finish_commit(next, slot, log, carry());
+                self.finish_commit(next, slot, log, carry(), doomed);
                 if self.vault_leftover.is_some() {
                     // An older leftover this rotation did not replace.
                     return self.erase_vault_leftovers(previous);
@@ -624,7 +721,14 @@ impl Engine {
         Ok(Some(written.index))
     }
 
-    fn finish_commit(&mut self, next: VaultRecord, slot: Slot, log: LogPlace, carry: Carry) {
+    fn finish_commit(
+        &mut self,
+        next: VaultRecord,
+        slot: Slot,
+        log: LogPlace,
+        carry: Carry,
+        mut doomed: Vec<SegmentId>,
+    ) {
         let old_log = self.log;
         // The new state holds the keys the scheme made before the commit:
         // the new epoch's log need not carry them again.
@@ -654,15 +758,16 @@ impl Engine {
             }
         }
         self.committed_at = now_secs();
-        // Space only: the old log and unreachable segments are already unreadable.
-        let mut doomed = std::mem::take(&mut self.doomed_segments);
+        if self.doomed_segments.is_empty() {
+            self.clean_commit_due = false;
+        }
+        // Space only: the old log and unreachable segments are already
+        // unreadable. Deleting them is slow (a file system frees their
+        // blocks): a thread of its own does it, outside the lock.
         doomed.push(old_log.segment);
         doomed.extend(old_log.tally);
-        let _no_readers = self.ctx.io_guard.write().unwrap_or_else(|p| p.into_inner());
-        for seg in doomed {
-            if Some(seg) != self.data_segment.map(|(s, _)| s) {
-                let _ = self.ctx.medium.delete_segment(seg);
-            }
-        }
+        let current = self.data_segment.map(|(s, _)| s);
+        doomed.retain(|&seg| Some(seg) != current);
+        self.reclaimer.hand_over(doomed);
     }
 }

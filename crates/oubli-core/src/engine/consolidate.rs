@@ -67,43 +67,52 @@ impl Engine {
         // Every node is rewritten at once (no budget): a pass cut short
         // could not tell, after a commit, the nodes it already rewrote.
         let mut unlimited = usize::MAX;
-        let result = tree.rewrite(ctx, &mut freed, &mut unlimited, &|_| true, &mut |k, v| {
-            let Value::Cell(c) = v else { return Ok(false) };
-            let share = match shares.get(&k.oid) {
-                None => None,
-                Some(Some(s)) => Some(s.clone()),
-                Some(None) => {
-                    report.cells_skipped += 1;
-                    return Ok(false);
-                }
-            };
-            let plain = open_cell_unit(
-                &*ctx.medium,
-                &*ctx.provider,
-                &*ctx.scheme,
-                // The object's cell size comes after its cells in the
-                // tree: messages name the cell by index.
-                0,
-                k.oid,
-                k.off,
-                c,
-                share.as_ref(),
-            )?;
-            let (key, key_ref) = ctx.scheme.allocate(&*ctx.provider);
-            let key = match &share {
-                Some(s) => crate::share::bind(&*ctx.provider, s, &key),
-                None => key,
-            };
-            let mut sealed = Vec::with_capacity(plain.len() + TAG_LEN);
-            sealed.extend_from_slice(&plain);
-            ctx.provider
-                .seal(&key, &cell_aad(k.oid, k.off, c.start, c.len), &mut sealed);
-            c.addr = out.append(&*ctx.medium, &sealed, "re-sealing a live cell")?;
-            c.key = key_ref;
-            report.cells_rekeyed += 1;
-            report.bytes_resealed += plain.len() as u64;
-            Ok(true)
-        });
+        let result = tree.rewrite(
+            ctx,
+            &mut freed,
+            &mut unlimited,
+            None,
+            &|_| true,
+            &mut |k, v| {
+                let Value::Cell(c) = v else {
+                    return Ok(Visit::Unchanged);
+                };
+                let share = match shares.get(&k.oid) {
+                    None => None,
+                    Some(Some(s)) => Some(s.clone()),
+                    Some(None) => {
+                        report.cells_skipped += 1;
+                        return Ok(Visit::Unchanged);
+                    }
+                };
+                let plain = open_cell_unit(
+                    &*ctx.medium,
+                    &*ctx.provider,
+                    &*ctx.scheme,
+                    // The object's cell size comes after its cells in the
+                    // tree: messages name the cell by index.
+                    0,
+                    k.oid,
+                    k.off,
+                    c,
+                    share.as_ref(),
+                )?;
+                let (key, key_ref) = ctx.scheme.allocate(&*ctx.provider);
+                let key = match &share {
+                    Some(s) => crate::share::bind(&*ctx.provider, s, &key),
+                    None => key,
+                };
+                let mut sealed = Vec::with_capacity(plain.len() + TAG_LEN);
+                sealed.extend_from_slice(&plain);
+                ctx.provider
+                    .seal(&key, &cell_aad(k.oid, k.off, c.start, c.len), &mut sealed);
+                c.addr = out.append(&*ctx.medium, &sealed, "re-sealing a live cell")?;
+                c.key = key_ref;
+                report.cells_rekeyed += 1;
+                report.bytes_resealed += plain.len() as u64;
+                Ok(Visit::Changed)
+            },
+        );
         self.tree = tree;
         out.give_back(self);
         // The old nodes are dead (the new ones are counted as the commit

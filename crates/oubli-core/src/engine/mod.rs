@@ -4,7 +4,8 @@
 //! [`write`] (every way a unit leaves the tree), [`read`], [`names`],
 //! [`commit`] (flush to the intent log, commit and vault rotation: durability
 //! and erasure), [`recover`] (create, open, replay), [`clean`] (the
-//! cleaner) and [`check`] (status, fsck, audit).
+//! cleaner), [`reclaim`] (deleting unreachable segments) and [`check`]
+//! (status, fsck, audit).
 
 mod cells;
 mod check;
@@ -13,12 +14,13 @@ mod commit;
 mod consolidate;
 mod names;
 mod read;
+mod reclaim;
 mod recover;
 mod share;
 mod snapshot;
 mod write;
 
-pub use check::{FsckReport, Overhead, Status};
+pub use check::{CleanerProgress, FsckReport, Overhead, Status};
 pub use clean::GcReport;
 use commit::UnknownRotation;
 pub use consolidate::ConsolidateReport;
@@ -34,7 +36,7 @@ use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
     addr, addr_offset, addr_segment, encode_node, CellRef, Key, NameBucket, Node, NodePtr,
-    ObjectRecord, Tree, Value, KIND_CELL, KIND_CELLS, KIND_NAMES, KIND_OBJECT,
+    ObjectRecord, Tree, Value, Visit, KIND_CELL, KIND_CELLS, KIND_NAMES, KIND_OBJECT,
 };
 use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
@@ -116,11 +118,13 @@ pub struct Options {
     pub cleaner: CleanerPolicy,
 }
 
-/// When the store runs the cleaner by itself: right after a commit its
-/// epoch policy triggered (never in a store committed only by hand), when
-/// dead bytes are both a large share and a large amount. A run holds the
-/// engine lock, so it copies a bounded amount of live data and costs two
-/// more commits (two vault writes: mind a TPM's endurance).
+/// When the store runs the cleaner by itself: a run starts right after a
+/// commit its epoch policy triggered (never in a store committed only by
+/// hand), when dead bytes are both a large share and a large amount. The
+/// changes that follow carry it out a slice at a time, and the timer
+/// ([`Store::tick`]) finishes it; it copies a bounded amount of live data
+/// and costs at most one more commit (a vault write: mind a TPM's
+/// endurance), made by the timer (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CleanerPolicy {
     /// Clean once dead bytes exceed this share of the medium's bytes...
@@ -221,6 +225,8 @@ struct Shared {
     /// Readers outside the engine lock hold it shared; deleting a segment
     /// takes it exclusively, so a unit never vanishes under a reader.
     io_guard: Arc<RwLock<()>>,
+    /// The engine's, for waiting on its deletions without the lock.
+    reclaimer: Arc<reclaim::Reclaimer>,
 }
 
 /// What happened in the current epoch, for the epoch policy and `status`.
@@ -307,6 +313,12 @@ struct Engine {
     last_commit_error: Option<String>,
     /// Segments to delete once the next commit has made them unreachable.
     doomed_segments: Vec<SegmentId>,
+    /// Segments doomed by the cleaner wait for a commit: it is due.
+    clean_commit_due: bool,
+    /// The cleaner run the changes are carrying out, a slice each.
+    cleaning: Option<clean::CleanRun>,
+    /// Deletes segments once a commit made them unreachable, outside the lock.
+    reclaimer: Arc<reclaim::Reclaimer>,
     vault_failure: VaultFailurePolicy,
     cleaner: CleanerPolicy,
     /// [`Options::dirty_tree_bytes`].

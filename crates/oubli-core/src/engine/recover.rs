@@ -84,6 +84,7 @@ impl Store {
             )?;
             e.commit()?;
         }
+        store.shared.reclaimer.wait_idle();
         Ok(store)
     }
 
@@ -206,12 +207,16 @@ impl Store {
         if !engine.read_only && (log_exists || engine.log.format != LogFormat::V2) {
             engine.commit()?;
         }
+        // The recovery commit's deletions are done before the store is
+        // handed out: opening is one step, whose I/O ends when it returns.
+        engine.reclaimer.wait_idle();
         let shared = Shared {
             medium: engine.ctx.medium.clone(),
             provider: engine.ctx.provider.clone(),
             scheme: engine.ctx.scheme.clone(),
             cell_size: engine.cell_size,
             io_guard: engine.ctx.io_guard.clone(),
+            reclaimer: engine.reclaimer.clone(),
         };
         Ok(Store {
             shrinks: AtomicU64::new(0),
@@ -234,6 +239,10 @@ impl Engine {
         tree: Tree,
     ) -> Engine {
         let segment_target = DATA_SEGMENT_TARGET.min(ctx.medium.segment_capacity());
+        let reclaimer = Arc::new(reclaim::Reclaimer::new(
+            ctx.medium.clone(),
+            ctx.io_guard.clone(),
+        ));
         Engine {
             ctx,
             vault,
@@ -271,6 +280,9 @@ impl Engine {
             vault_leftover: None,
             last_commit_error: None,
             doomed_segments: Vec::new(),
+            clean_commit_due: false,
+            cleaning: None,
+            reclaimer,
             vault_failure: VaultFailurePolicy::default(),
             cleaner: CleanerPolicy::default(),
             dirty_tree_cap: Options::default().dirty_tree_bytes,

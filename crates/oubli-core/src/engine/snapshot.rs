@@ -140,6 +140,7 @@ impl Store {
             .get(name)
             .ok_or_else(|| Error::NoSnapshot(name.to_string()))?;
         let view = e.read_only_view(snap.tree.clone());
+        let reclaimer = view.reclaimer.clone();
         Ok(Store {
             shrinks: AtomicU64::new(0),
             engine: Mutex::new(view),
@@ -150,6 +151,7 @@ impl Store {
                 scheme: self.shared.scheme.clone(),
                 cell_size: self.shared.cell_size,
                 io_guard: self.shared.io_guard.clone(),
+                reclaimer,
             },
         })
     }

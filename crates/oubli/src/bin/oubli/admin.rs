@@ -271,6 +271,20 @@ fn render_status_base(r: &StatusReport) -> String {
         r.provider,
         policy,
     );
+    if let Some(c) = &r.cleaner {
+        out.push_str(&format!(
+            "cleaner      emptying {} segments: {} of {} moved\n",
+            c.victims,
+            ui::size(c.bytes_moved),
+            ui::size(c.bytes_to_move)
+        ));
+    }
+    if r.segments_awaiting_commit > 0 {
+        out.push_str(&format!(
+            "             {} emptied segments go at the next commit\n",
+            r.segments_awaiting_commit
+        ));
+    }
     if let Some(w) = &r.wear {
         out.push_str(&crate::vault_cmd::render_wear(w));
     }

@@ -67,7 +67,9 @@ pub trait Medium: Send + Sync {
     /// Every existing segment, ascending.
     fn list_segments(&self) -> io::Result<Vec<SegmentId>>;
     /// Removes a segment (idempotent). Space reclamation only: security never
-    /// depends on the bytes going away.
+    /// depends on the bytes going away. The engine calls it from a thread of
+    /// its own, beside appends, reads and syncs of *other* segments; nobody
+    /// uses a segment while it is deleted (DESIGN §7).
     fn delete_segment(&self, id: SegmentId) -> io::Result<()>;
     /// Makes every earlier write and deletion durable.
     fn sync(&self) -> io::Result<()>;

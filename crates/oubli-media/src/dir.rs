@@ -487,13 +487,19 @@ impl Medium for DirMedium {
 
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
         self.writable()?;
-        let mut st = self.lock();
-        st.writers.remove(id);
-        st.readers.remove(id);
-        st.dirty.remove(&id);
+        // Closing and unlinking run without the lock: freeing a 64 MiB
+        // file's blocks took ~18 ms on ext4, and every append and read of
+        // other segments would wait for it. Nobody uses a segment being
+        // deleted (the engine deletes only segments no tree names).
+        let handles = {
+            let mut st = self.lock();
+            st.dirty.remove(&id);
+            (st.writers.remove(id), st.readers.remove(id))
+        };
+        drop(handles);
         match fs::remove_file(self.seg_path(id)) {
             Ok(()) => {
-                st.segdir_dirty = true;
+                self.lock().segdir_dirty = true;
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

@@ -28,16 +28,8 @@ impl Run {
     }
 }
 
-/// One writer thread writing 4 KiB blocks at random aligned offsets of a
-/// `span`-byte object for `seconds`; with `commit_every`, a second thread
-/// commits at that period. The vault's rotation takes `vault_delay`.
-fn run_once(
-    dir: &Path,
-    seconds: f64,
-    span: u64,
-    vault_delay: Duration,
-    commit_every: Option<Duration>,
-) -> BoxResult<Run> {
+/// A store on a fresh `DirMedium` in `dir` whose vault's rotation takes `vault_delay`.
+fn slow_vault_store(dir: &Path, vault_delay: Duration, options: Options) -> BoxResult<Store> {
     let medium = Arc::new(DirMedium::create(dir)?);
     let store = Store::create(
         medium as Arc<dyn Medium>,
@@ -49,6 +41,24 @@ fn run_once(
             Ok(v as Arc<dyn Vault>)
         },
         CreateOptions::default(),
+        options,
+    )?;
+    Ok(store)
+}
+
+/// One writer thread writing 4 KiB blocks at random aligned offsets of a
+/// `span`-byte object for `seconds`; with `commit_every`, a second thread
+/// commits at that period. The vault's rotation takes `vault_delay`.
+fn run_once(
+    dir: &Path,
+    seconds: f64,
+    span: u64,
+    vault_delay: Duration,
+    commit_every: Option<Duration>,
+) -> BoxResult<Run> {
+    let store = slow_vault_store(
+        dir,
+        vault_delay,
         Options {
             policy: EpochPolicy::manual(),
             ..Default::default()
@@ -181,17 +191,9 @@ fn stream_once(
     vault_delay: Duration,
     cleaner: CleanerPolicy,
 ) -> BoxResult<(Run, u64)> {
-    let medium = Arc::new(DirMedium::create(dir)?);
-    let store = Store::create(
-        medium as Arc<dyn Medium>,
-        |record| {
-            let v = Arc::new(SlowVault::new(
-                MemoryVault::new(record.clone()),
-                vault_delay,
-            ));
-            Ok(v as Arc<dyn Vault>)
-        },
-        CreateOptions::default(),
+    let store = slow_vault_store(
+        dir,
+        vault_delay,
         Options {
             cleaner,
             ..Default::default()

@@ -24,6 +24,10 @@ fn create() -> (Arc<MemMedium>, Arc<Gate>, Arc<Store>) {
 }
 
 fn create_on(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>) -> Store {
+    create_with(medium, vault, options())
+}
+
+fn create_with(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>, options: Options) -> Store {
     Store::create(
         medium,
         move |r| {
@@ -31,7 +35,7 @@ fn create_on(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>) -> Store {
             Ok(vault)
         },
         CreateOptions::default(),
-        options(),
+        options,
     )
     .unwrap()
 }
@@ -176,14 +180,9 @@ fn victims_emptied_beside_a_commit_outlive_its_landing() {
     const CELL: usize = 32 << 10;
     let medium = Arc::new(MemMedium::with_segment_capacity(256 << 10));
     let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let v = vault.clone();
-    let store = Store::create(
+    let store = create_with(
         medium.clone(),
-        move |r| {
-            v.store(r)?;
-            Ok(v)
-        },
-        CreateOptions::default(),
+        vault.clone(),
         Options {
             policy: EpochPolicy {
                 bytes: Some(4 << 20),
@@ -197,8 +196,7 @@ fn victims_emptied_beside_a_commit_outlive_its_landing() {
             },
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     let store = Arc::new(store);
     // Every other cell overwritten: each of the first segments half dead.
     let a = store.create_object(b"a").unwrap();

@@ -768,7 +768,6 @@ fn walk_rec(
     Ok(())
 }
 
-/// One [`Tree::rewrite`] walk: what it asks, and what it may still change.
 /// What [`Tree::rewrite`]'s value callback did with a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Visit {
@@ -779,6 +778,7 @@ pub enum Visit {
     Stop,
 }
 
+/// One [`Tree::rewrite`] walk: what it asks, and what it may still change.
 struct Rewrite<'a> {
     src: &'a dyn NodeSource,
     budget: &'a mut usize,

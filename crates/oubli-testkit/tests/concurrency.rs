@@ -95,6 +95,13 @@ fn readers_and_writers_race_the_cleaner_running_in_slices() {
             "scheme {scheme}: epoch {}, {} bytes on the medium, {} live",
             status.epoch, status.medium_bytes, status.live_bytes
         );
+        // The workers wrote over 50 MB: runs went through.
+        assert!(
+            status.medium_bytes < 8 << 20,
+            "the cleaner left {} bytes on the medium for {} live",
+            status.medium_bytes,
+            status.live_bytes
+        );
     }
 }
 

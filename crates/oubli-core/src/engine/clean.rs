@@ -291,7 +291,6 @@ impl Engine {
                 // it (a change accepted while that commit ran may have
                 // dropped it), so it goes with the next commit.
                 self.doomed_segments.push(seg);
-                self.clean_commit_due = true;
                 report.segments_deleted += 1;
                 report.bytes_reclaimed += size;
             } else if (used as f64) < threshold * size as f64 {
@@ -327,6 +326,12 @@ impl Engine {
             budget_epoch: self.epoch.wrapping_sub(1),
         });
         Ok(None)
+    }
+
+    /// Whether the cleaner wants a commit: to delete the segments it
+    /// doomed, or to write out the nodes its run changed.
+    pub(super) fn cleaner_wants_commit(&self) -> bool {
+        !self.doomed_segments.is_empty() || self.cleaner_needs_commit()
     }
 
     /// Whether the run in progress waits for a commit to write out the
@@ -390,7 +395,6 @@ impl Engine {
                 run.report.bytes_moved = run.mover.bytes;
                 run.report.segments_deleted += run.victims.len();
                 self.doomed_segments.extend(run.victims.iter().copied());
-                self.clean_commit_due = true;
                 // Views of snapshots taken earlier may point into the victims.
                 self.snapshot_generation += 1;
                 Ok(Some(run.report))

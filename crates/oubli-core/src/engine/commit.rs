@@ -415,7 +415,7 @@ impl Engine {
         // changed as many nodes as it may before they are written out. Those
         // commits are for space: the timer runs them, not a writer (whose
         // change would wait for them), and so does the epoch policy's next.
-        if settler == Settler::Timer && (self.clean_commit_due || self.cleaner_needs_commit()) {
+        if settler == Settler::Timer && self.cleaner_wants_commit() {
             return true;
         }
         self.epoch_policy_due()
@@ -440,7 +440,7 @@ impl Engine {
     /// would follow one another, a vault write each, in a store nobody
     /// writes to.
     fn cleaner_may_start(&self) -> bool {
-        !(self.clean_commit_due || self.cleaner_needs_commit()) || self.epoch_policy_due()
+        !self.cleaner_wants_commit() || self.epoch_policy_due()
     }
 
     /// True when the tree nodes changed since the last commit hold more
@@ -758,9 +758,6 @@ impl Engine {
             }
         }
         self.committed_at = now_secs();
-        if self.doomed_segments.is_empty() {
-            self.clean_commit_due = false;
-        }
         // Space only: the old log and unreachable segments are already
         // unreadable. Deleting them is slow (a file system frees their
         // blocks): a thread of its own does it, outside the lock.

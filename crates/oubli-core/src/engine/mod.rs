@@ -313,8 +313,6 @@ struct Engine {
     last_commit_error: Option<String>,
     /// Segments to delete once the next commit has made them unreachable.
     doomed_segments: Vec<SegmentId>,
-    /// Segments doomed by the cleaner wait for a commit: it is due.
-    clean_commit_due: bool,
     /// The cleaner run the changes are carrying out, a slice each.
     cleaning: Option<clean::CleanRun>,
     /// Deletes segments once a commit made them unreachable, outside the lock.

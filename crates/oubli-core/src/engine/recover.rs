@@ -280,7 +280,6 @@ impl Engine {
             vault_leftover: None,
             last_commit_error: None,
             doomed_segments: Vec::new(),
-            clean_commit_due: false,
             cleaning: None,
             reclaimer,
             vault_failure: VaultFailurePolicy::default(),

@@ -194,9 +194,13 @@ def add_stall_rows(add, by):
         recs = [r for r in by.get("cleaner_stall", []) if r.get("pattern") == pattern]
         off = [r for r in recs if r["mode"] == "cleaner-off"]
         on = [r for r in recs if r["mode"] == "cleaner-default"]
+        behind = [r for r in recs if r["mode"] == "cleaner-default-background"]
         if not (off and on):
             continue
-        for label, group in (("cleaner off", off), ("default cleaner", on)):
+        groups = [("cleaner off", off), ("default cleaner", on)]
+        if behind:
+            groups.append(("default cleaner, background commits", behind))
+        for label, group in groups:
             mb, _, _ = spread(group, "mb_per_s")
             top, lo, hi = spread(group, "max_ms")
             add(f"1 MiB {pattern} writer, {label}: longest write", f"{top:.1f} ms", None,

@@ -50,7 +50,7 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --vault-delay MS     the commit-stall and cleaner-stall vault's rotation time [50]
   --clean-span SIZE    object the cleaner-stall writer goes round      [1G]
   --clean-total SIZE   bytes the cleaner-stall writer writes per run   [6G]
-  --clean-rounds N     cleaner-stall rounds (each: cleaner off, then default) [2]
+  --clean-rounds N     cleaner-stall rounds (each: cleaner off, default, default with background commits) [2]
   --scale LIST         file counts of the scale stores                  [10000,100000,1000000]
   --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,cleaner-stall,scale
   --seed N             seed of the random offsets                      [42]

@@ -190,12 +190,14 @@ fn stream_once(
     pattern: Pattern,
     vault_delay: Duration,
     cleaner: CleanerPolicy,
+    background_commits: bool,
 ) -> BoxResult<(Run, u64)> {
     let store = slow_vault_store(
         dir,
         vault_delay,
         Options {
             cleaner,
+            background_commits,
             ..Default::default()
         },
     )?;
@@ -241,9 +243,11 @@ fn stream_once(
 }
 
 /// The automatic cleaner's pause: a streaming writer with the default
-/// cleaner policy beside the same writer with the cleaner off, `rounds`
-/// times alternately; reports p50/p99/max write latency, throughput and the
-/// medium's size at the end (what the cleaner kept from growing).
+/// cleaner policy beside the same writer with the cleaner off, and with
+/// the policy's commits on the committer thread (`background_commits`, as
+/// a mount or a server runs), `rounds` times alternately; reports
+/// p50/p99/max write latency, throughput and the medium's size at the end
+/// (what the cleaner kept from growing).
 pub fn cleaner_stall(
     work: &Path,
     span: u64,
@@ -256,18 +260,21 @@ pub fn cleaner_stall(
         "cleaner stall: one thread writes {} MiB in 1 MiB writes over a {} MiB object, in order \
          (seq) or at random aligned offsets after a first fill (rand), on the default epoch \
          policy (a commit per GiB); the vault's rotation takes {vault_delay_ms} ms; default \
-         cleaner against the cleaner off; {rounds} round(s), alternating",
+         cleaner against the cleaner off, the policy's commits in the writer's path, then \
+         (cleaner-default-background) on the committer thread; {rounds} round(s), alternating",
         total >> 20,
         span >> 20
     ));
     for round in 1..=rounds {
         for (pattern, name) in [(Pattern::Sequential, "seq"), (Pattern::Random, "rand")] {
-            for (mode, policy) in [
-                ("cleaner-off", CleanerPolicy::off()),
-                ("cleaner-default", CleanerPolicy::default()),
+            for (mode, policy, background) in [
+                ("cleaner-off", CleanerPolicy::off(), false),
+                ("cleaner-default", CleanerPolicy::default(), false),
+                ("cleaner-default-background", CleanerPolicy::default(), true),
             ] {
                 let dir = work.join(format!("cleaner-{name}-{mode}-{round}"));
-                let (run, medium_bytes) = stream_once(&dir, span, total, pattern, delay, policy)?;
+                let (run, medium_bytes) =
+                    stream_once(&dir, span, total, pattern, delay, policy, background)?;
                 std::fs::remove_dir_all(&dir)?;
                 report_stream(name, mode, round, vault_delay_ms, &run, medium_bytes);
             }

@@ -248,3 +248,181 @@ fn victims_emptied_beside_a_commit_outlive_its_landing() {
     assert_eq!(store.read(b, 0, 4 << 20).unwrap(), vec![0xbb; 4 << 20]);
     assert_eq!(store.read(c, 63 * 4096, 4096).unwrap(), vec![63u8; 4096]);
 }
+
+/// Options whose epoch policy commits every 64 KiB written, on the
+/// committer thread.
+fn background_options() -> Options {
+    Options {
+        policy: EpochPolicy {
+            bytes: Some(64 << 10),
+            ..EpochPolicy::manual()
+        },
+        background_commits: true,
+        ..Options::default()
+    }
+}
+
+/// With `background_commits`, the change that makes the epoch policy due
+/// hands the commit to the committer thread and returns: it does not wait
+/// for the vault (here held until the test lets it go), and neither do the
+/// changes after it.
+#[test]
+fn a_change_that_makes_a_commit_due_does_not_wait_for_it_in_the_background() {
+    let medium = Arc::new(MemMedium::new());
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let store = Arc::new(create_with(medium, vault.clone(), background_options()));
+    let oid = store.create_object(b"").unwrap();
+    let epoch = store.epoch();
+    vault.hold();
+    let s = store.clone();
+    let returned = within(Duration::from_secs(20), move || {
+        s.write(oid, 0, &[1u8; 64 << 10]).unwrap();
+    });
+    if returned.is_none() {
+        vault.release();
+        panic!("the change that made the policy due waited for its commit");
+    }
+    // The commit it asked for is in the vault now, on the committer thread.
+    vault.wait_until_entered();
+    let s = store.clone();
+    let during = within(Duration::from_secs(20), move || {
+        s.write(oid, 64 << 10, &[2u8; 64 << 10]).unwrap();
+        s.read(oid, 0, 128 << 10).unwrap()
+    });
+    vault.release();
+    let during = during.expect("a change waited for the committer's rotation");
+    assert_eq!(&during[..64 << 10], &[1u8; 64 << 10][..]);
+    assert_eq!(&during[64 << 10..], &[2u8; 64 << 10][..]);
+    // `epoch` waits for the commit in flight to land.
+    assert!(store.epoch() > epoch);
+}
+
+/// Closing a store waits for the commit its committer thread was asked
+/// for, and carries it out if it had not begun: a store reopened after
+/// the drop finds that epoch ended, and every write.
+#[test]
+fn dropping_a_store_lands_the_commit_its_committer_was_asked_for() {
+    let medium = Arc::new(MemMedium::new());
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let store = create_with(medium.clone(), vault.clone(), background_options());
+    let oid = store.create_object(b"").unwrap();
+    let epoch = store.epoch();
+    vault.hold();
+    let store = Arc::new(store);
+    let s = store.clone();
+    if within(Duration::from_secs(20), move || {
+        s.write(oid, 0, &[7u8; 64 << 10])
+    })
+    .is_none()
+    {
+        vault.release();
+        panic!("the change that made the policy due waited for its commit");
+    }
+    vault.wait_until_entered();
+    store.write(oid, 64 << 10, b"after the request").unwrap();
+    let store = Arc::into_inner(store).expect("the only handle");
+    let closing = std::thread::spawn(move || drop(store));
+    std::thread::sleep(Duration::from_millis(200));
+    let closed_early = closing.is_finished();
+    vault.release();
+    closing.join().unwrap();
+    assert!(
+        !closed_early,
+        "the store closed with its committer's commit in flight"
+    );
+    assert!(
+        vault.load().unwrap().epoch > epoch,
+        "the commit did not land"
+    );
+    let store = Store::open(medium, vault, options()).unwrap();
+    assert_eq!(store.read(oid, 0, 64 << 10).unwrap(), vec![7u8; 64 << 10]);
+    assert_eq!(store.read(oid, 64 << 10, 17).unwrap(), b"after the request");
+}
+
+/// A request the committer thread has not begun when the store closes is
+/// still carried out: closing right after a change the policy answered
+/// ends the epoch, as it did when that change committed itself.
+#[test]
+fn a_commit_requested_just_before_closing_is_made() {
+    for _ in 0..20 {
+        let medium = Arc::new(MemMedium::new());
+        let vault = Arc::new(MemoryVault::empty());
+        let store = create_with(medium.clone(), vault.clone(), background_options());
+        let oid = store.create_object(b"").unwrap();
+        let epoch = store.epoch();
+        store.write(oid, 0, &[3u8; 64 << 10]).unwrap();
+        drop(store);
+        // Before opening, which commits a replayed log by itself.
+        assert!(
+            vault.load().unwrap().epoch > epoch,
+            "the request was dropped"
+        );
+        let store = Store::open(medium, vault, options()).unwrap();
+        assert_eq!(store.read(oid, 0, 64 << 10).unwrap(), vec![3u8; 64 << 10]);
+    }
+}
+
+/// The changed-tree cap holds beside a commit in flight. With background
+/// commits a lone writer is no longer held back by its own commits, so the
+/// change that takes the next epoch's nodes over the cap waits for the
+/// commit in flight (here held in the vault) to land, then commits them.
+#[test]
+fn the_changed_tree_cap_holds_beside_a_background_commit() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const FILES: u64 = 40_000;
+    let medium = Arc::new(MemMedium::new());
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let options = Options {
+        dirty_tree_bytes: 1 << 20,
+        ..background_options()
+    };
+    let store = Arc::new(create_with(medium, vault.clone(), options));
+    let epoch = store.epoch();
+    vault.hold();
+    let s = store.clone();
+    if within(Duration::from_secs(20), move || {
+        let oid = s.create_object(b"").unwrap();
+        s.write(oid, 0, &[1u8; 64 << 10]).unwrap();
+    })
+    .is_none()
+    {
+        vault.release();
+        panic!("the change that made the policy due waited for its commit");
+    }
+    vault.wait_until_entered();
+    // Files with names, as a file system makes them: three entries each.
+    let made = Arc::new(AtomicU64::new(0));
+    let (s, count) = (store.clone(), made.clone());
+    let files = std::thread::spawn(move || {
+        for i in 0..FILES {
+            let oid = s.create_object(b"file").unwrap();
+            s.write(oid, 0, &i.to_le_bytes()).unwrap();
+            s.link(ROOT_DIR, format!("f{i}").as_bytes(), oid).unwrap();
+            count.store(i + 1, Ordering::Relaxed);
+        }
+    });
+    // Until the writer stops making progress (held at the cap) or is done.
+    loop {
+        let before = made.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        if files.is_finished() || made.load(Ordering::Relaxed) == before {
+            break;
+        }
+    }
+    let ran_past_the_cap = files.is_finished();
+    let held_at = made.load(Ordering::Relaxed);
+    vault.release();
+    files.join().unwrap();
+    assert!(
+        !ran_past_the_cap,
+        "{FILES} files made while a commit was in flight: the cap did not hold"
+    );
+    assert!(held_at > 0, "the writer waited before it reached the cap");
+    assert!(store.epoch() >= epoch + 2, "no commit for the cap");
+    let s = &store;
+    for i in (0..FILES).step_by(997) {
+        let oid = s.lookup(ROOT_DIR, format!("f{i}").as_bytes()).unwrap();
+        let oid = oid.expect("a file made beside the commits");
+        assert_eq!(s.read(oid, 0, 8).unwrap(), i.to_le_bytes());
+    }
+}

@@ -14,12 +14,22 @@ use std::sync::Arc;
 #[test]
 fn nothing_deleted_before_the_last_commit_opens() {
     for scheme in harness::SCHEMES {
-        nothing_deleted_before_the_last_commit_opens_with(scheme);
+        nothing_deleted_before_the_last_commit_opens_with(scheme, false);
+        nothing_deleted_before_the_last_commit_opens_with(scheme, true);
     }
 }
 
-fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8) {
-    let options = harness::options(11);
+/// With `policy_in_background`, an epoch policy (a commit per 16 KiB
+/// written or two deletions) also commits on the store's committer thread,
+/// beside the workload, as a mount's or a server's does. Every check follows one of
+/// the workload's own commits, which waits for the committer's.
+fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8, policy_in_background: bool) {
+    let mut options = harness::options(11);
+    if policy_in_background {
+        options.policy.bytes = Some(16 << 10);
+        options.policy.deletions = Some(2);
+        options.background_commits = true;
+    }
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
     )));
@@ -55,13 +65,20 @@ fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8) {
     store.commit().unwrap();
     runner.note_commit();
     check_promise(&recording, &*vault, &runner, options.provider.clone());
+    let epoch = store.epoch();
     println!(
-        "adversary: {} epochs, {} checks over every past state, {} deleted marker blocks, none recovered",
+        "adversary: {} commits of the workload's, epoch {epoch}, {} checks over every past state, {} deleted marker blocks, none recovered",
         runner.commits,
         checked + 1,
         runner.erased.len()
     );
     assert!(runner.commits >= 20, "only {} epochs", runner.commits);
+    if policy_in_background {
+        assert!(
+            epoch > 2 * runner.commits as u64,
+            "the policy made few commits of its own: epoch {epoch}"
+        );
+    }
     assert!(checked >= 5);
     assert!(
         runner.erased.len() > 1000,

@@ -31,8 +31,14 @@ fn readers_and_writers_race_with(scheme: u8) {
 /// run goes through too) and reads one of them.
 #[test]
 fn readers_and_writers_race_the_cleaner_running_in_slices() {
-    for scheme in harness::SCHEMES {
+    // The policy's commits in the path of the change that makes them due,
+    // then on the committer thread (as the mount and the server run them).
+    let modes = harness::SCHEMES
+        .iter()
+        .flat_map(|&s| [(s, false), (s, true)]);
+    for (scheme, background_commits) in modes {
         let mut options = harness::options(4);
+        options.background_commits = background_commits;
         options.policy = EpochPolicy {
             bytes: Some(256 << 10),
             ..EpochPolicy::manual()
@@ -92,7 +98,7 @@ fn readers_and_writers_race_the_cleaner_running_in_slices() {
             &problems[..problems.len().min(3)]
         );
         eprintln!(
-            "scheme {scheme}: epoch {}, {} bytes on the medium, {} live",
+            "scheme {scheme}, background commits {background_commits}: epoch {}, {} bytes on the medium, {} live",
             status.epoch, status.medium_bytes, status.live_bytes
         );
         // The workers wrote over 50 MB: runs went through.

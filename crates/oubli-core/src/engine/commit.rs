@@ -27,31 +27,10 @@ impl Store {
     /// A flush, a snapshot, the cleaner and other commits wait for it
     /// (DESIGN §10).
     pub fn commit(&self) -> Result<()> {
-        let result = self.commit_beside_writes();
+        let result = self.core.commit_beside_writes();
         // What the commit made unreachable is deleted by a thread of its
         // own; the caller who asked for a commit gets the space back too.
         self.shared.reclaimer.wait_idle();
-        result
-    }
-
-    /// [`commit`](Self::commit) without waiting for the segments it
-    /// doomed to be deleted (the epoch policy's commits).
-    fn commit_beside_writes(&self) -> Result<()> {
-        let mut e = self.lock();
-        let plan = match e.begin_commit() {
-            Ok(plan) => plan,
-            Err(err) => {
-                let result = Err(err);
-                e.note_commit_result(&result);
-                return result;
-            }
-        };
-        let (medium, vault) = (e.ctx.medium.clone(), e.vault.clone());
-        let in_flight = self.commit_in_flight(e);
-        let outcome = plan.write(&*medium, &*vault);
-        let mut e = in_flight.land();
-        let result = e.end_commit(plan, outcome, true);
-        e.note_commit_result(&result);
         result
     }
 
@@ -92,13 +71,20 @@ impl Store {
             // poisons the store, which the next change reports.
             let _ = e.flush();
         }
-        if e.commit_due(settler) {
+        if let Some(due) = e.commit_due(settler) {
             let may_clean = e.cleaner_may_start();
-            drop(e);
-            let result = self.commit_beside_writes();
-            let ok = result.is_ok();
-            self.lock().after_policy_commit(result, may_clean);
-            return ok;
+            if due == Due::Policy && settler == Settler::Change && e.background_commits {
+                e.commit_requested = true;
+                drop(e);
+                if self.wake_committer() {
+                    return true;
+                }
+                // No thread to run it: the change does, as without the option.
+                self.lock_beside_commit().commit_requested = false;
+            } else {
+                drop(e);
+            }
+            return self.core.policy_commit(may_clean);
         }
         // Beside a commit in flight too: the segments a slice dooms wait
         // for the commit after it.
@@ -109,6 +95,103 @@ impl Store {
         }
         true
     }
+
+    /// Asks the committer thread for the commit the epoch policy wants,
+    /// starting the thread the first time (and again if it died). False if
+    /// no thread could be started.
+    fn wake_committer(&self) -> bool {
+        let mut slot = self.committer.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|t| t.is_finished()) {
+            // It panicked; a commit it had in flight was marked (the store
+            // is poisoned), a request it had not begun is still set.
+            let _ = slot.take().map(|t| t.join());
+        }
+        if slot.is_none() {
+            let core = self.core.clone();
+            let spawned = std::thread::Builder::new()
+                .name("oubli-committer".into())
+                .spawn(move || core.run_committer());
+            match spawned {
+                Ok(t) => *slot = Some(t),
+                Err(_) => return false,
+            }
+        }
+        self.core.commit_wanted.notify_all();
+        true
+    }
+
+    /// Stops the committer thread once the commit it was asked for (if
+    /// any) has landed.
+    pub(super) fn stop_committer(&mut self) {
+        let slot = self.committer.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(thread) = slot.take() else {
+            return;
+        };
+        self.core.lock_beside_commit().closing = true;
+        self.core.commit_wanted.notify_all();
+        let _ = thread.join();
+    }
+}
+
+impl Core {
+    /// [`Store::commit`] without waiting for the segments it doomed to be
+    /// deleted (the epoch policy's commits).
+    fn commit_beside_writes(&self) -> Result<()> {
+        let mut e = self.lock();
+        let plan = match e.begin_commit() {
+            Ok(plan) => plan,
+            Err(err) => {
+                let result = Err(err);
+                e.note_commit_result(&result);
+                return result;
+            }
+        };
+        let (medium, vault) = (e.ctx.medium.clone(), e.vault.clone());
+        let in_flight = self.commit_in_flight(e);
+        let outcome = plan.write(&*medium, &*vault);
+        let mut e = in_flight.land();
+        let result = e.end_commit(plan, outcome, true);
+        e.note_commit_result(&result);
+        result
+    }
+
+    /// A commit the epoch policy asked for, then what follows it (a cleaner
+    /// run may start). False if it failed.
+    fn policy_commit(&self, may_clean: bool) -> bool {
+        let result = self.commit_beside_writes();
+        let ok = result.is_ok();
+        self.lock().after_policy_commit(result, may_clean);
+        ok
+    }
+
+    /// The committer thread: runs each commit a change asked for, until the
+    /// store closes (a request still open then is carried out first, so
+    /// that closing right after a change the policy answered still ends
+    /// the epoch).
+    fn run_committer(&self) {
+        let mut e = self.lock_beside_commit();
+        loop {
+            while !e.commit_requested && !e.closing {
+                e = Self::unpoisoned(self.commit_wanted.wait(e));
+            }
+            if !e.commit_requested {
+                return;
+            }
+            e.commit_requested = false;
+            while e.committing {
+                e = Self::unpoisoned(self.commit_landed.wait(e));
+            }
+            // A commit made since the request (`Store::commit`, the timer)
+            // may have ended the epoch already.
+            if e.commit_due(Settler::Change).is_none() {
+                continue;
+            }
+            let may_clean = e.cleaner_may_start();
+            drop(e);
+            self.policy_commit(may_clean);
+            e = self.lock_beside_commit();
+        }
+    }
 }
 
 /// Who settles the store: a change, in its caller's path, or the timer.
@@ -116,6 +199,17 @@ impl Store {
 pub(super) enum Settler {
     Change,
     Timer,
+}
+
+/// Why a commit is due.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Due {
+    /// The tree nodes changed since the last commit reached their memory
+    /// cap: the change that crossed it commits, whatever the options, so
+    /// that the cap holds.
+    Memory,
+    /// The epoch policy, or (on the timer) a cleaner run's space.
+    Policy,
 }
 
 /// A commit sealed in memory, waiting for its I/O: the new superblock and
@@ -397,28 +491,35 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether the epoch policy wants a commit now (never while one is in
-    /// flight). Retries a failed vault erasure on the way.
-    pub(super) fn commit_due(&mut self, settler: Settler) -> bool {
-        if self.read_only || self.poisoned.is_some() || self.committing {
-            return false;
+    /// Whether, and why, a commit is due now: for the epoch policy never
+    /// while one is in flight or asked of the committer thread, for memory
+    /// always. Retries a failed vault erasure on the way.
+    pub(super) fn commit_due(&mut self, settler: Settler) -> Option<Due> {
+        if self.read_only || self.poisoned.is_some() {
+            return None;
+        }
+        // Beside a commit in flight too: the nodes changed meanwhile are the
+        // next epoch's, and the change that takes them over the cap waits
+        // for that commit to land and commits them (with background commits
+        // nothing else would hold a lone writer back).
+        if self.dirty_tree_over_cap() {
+            return Some(Due::Memory);
+        }
+        if self.committing || self.commit_requested {
+            return None;
         }
         if self.vault_leftover.is_some() {
             if let Err(e) = self.retry_vault_leftovers(false) {
                 self.last_commit_error = Some(e.to_string());
             }
         }
-        if self.dirty_tree_over_cap() {
-            return true;
-        }
         // A cleaner run doomed segments (the commit deletes them), or
         // changed as many nodes as it may before they are written out. Those
         // commits are for space: the timer runs them, not a writer (whose
         // change would wait for them), and so does the epoch policy's next.
-        if settler == Settler::Timer && self.cleaner_wants_commit() {
-            return true;
-        }
-        self.epoch_policy_due()
+        let wanted =
+            (settler == Settler::Timer && self.cleaner_wants_commit()) || self.epoch_policy_due();
+        wanted.then_some(Due::Policy)
     }
 
     /// Whether the [`EpochPolicy`] wants a commit.
@@ -482,7 +583,7 @@ impl Engine {
     /// The epoch policy under the lock (commits holding it): for callers
     /// inside a larger locked operation.
     pub(super) fn maybe_commit(&mut self) {
-        if self.commit_due(Settler::Change) {
+        if self.commit_due(Settler::Change).is_some() {
             let may_clean = self.cleaner_may_start();
             let result = self.commit();
             self.after_policy_commit(result, may_clean);

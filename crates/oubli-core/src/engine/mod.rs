@@ -116,6 +116,14 @@ pub struct Options {
     pub vault_failure: VaultFailurePolicy,
     /// When the store reclaims space by itself.
     pub cleaner: CleanerPolicy,
+    /// Run the epoch policy's commits on a thread of the store's own: the
+    /// change that makes one due returns at once instead of waiting for its
+    /// syncs and vault rotation (DESIGN §10). Off, the changing caller runs
+    /// the commit (a library caller then knows a change that crossed the
+    /// policy has committed when it returns); the long-running front-ends
+    /// (mount, serve) turn it on. Commits forced by the dirty-tree cap stay
+    /// in the path of the change that crossed it, so that the cap holds.
+    pub background_commits: bool,
 }
 
 /// When the store runs the cleaner by itself: a run starts right after a
@@ -182,6 +190,7 @@ impl Default for Options {
             dirty_tree_bytes: 64 << 20,
             vault_failure: VaultFailurePolicy::default(),
             cleaner: CleanerPolicy::default(),
+            background_commits: false,
         }
     }
 }
@@ -208,12 +217,34 @@ impl Default for CreateOptions {
 /// tree; sealing of whole cells and the reading and opening of units happen
 /// outside it, so several threads encrypt and decrypt in parallel.
 pub struct Store {
-    engine: Mutex<Engine>,
-    /// Signalled when a commit that released the lock for its I/O lands.
-    commit_landed: Condvar,
+    /// The engine, shared with the committer thread.
+    core: Arc<Core>,
     shared: Shared,
     /// Truncations and deletions of objects, ever ([`Store::shrink_generation`]).
     shrinks: AtomicU64,
+    /// Runs the epoch policy's commits under [`Options::background_commits`]
+    /// (spawned at the first).
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The engine and the signals around it: what the committer thread needs.
+struct Core {
+    engine: Mutex<Engine>,
+    /// Signalled when a commit that released the lock for its I/O lands.
+    commit_landed: Condvar,
+    /// Signalled when a change asks the committer thread for a commit, and
+    /// when the store closes.
+    commit_wanted: Condvar,
+}
+
+impl Core {
+    fn new(engine: Engine) -> Arc<Core> {
+        Arc::new(Core {
+            engine: Mutex::new(engine),
+            commit_landed: Condvar::new(),
+            commit_wanted: Condvar::new(),
+        })
+    }
 }
 
 /// What never changes while a store is open, usable without the engine lock.
@@ -346,6 +377,12 @@ struct Engine {
     /// Set while [`Store::commit`] writes and rotates without the lock:
     /// only the operations that take [`Store::lock_beside_commit`] run then.
     committing: bool,
+    /// [`Options::background_commits`].
+    background_commits: bool,
+    /// A change asked the committer thread for a commit it has not begun.
+    commit_requested: bool,
+    /// The store is being dropped: the committer thread stops.
+    closing: bool,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -375,7 +412,7 @@ fn cell_key(oid: u64, cell: u64) -> Key {
     Key::new(oid, KIND_CELL, cell)
 }
 
-impl Store {
+impl Core {
     /// The engine, with no commit in flight: what may commit, flush, clean
     /// or change snapshots, shares and the catalog takes this.
     fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -413,8 +450,30 @@ impl Store {
         e.committing = true;
         drop(e);
         CommitInFlight {
-            store: self,
+            core: self,
             landed: false,
+        }
+    }
+}
+
+impl Store {
+    /// See [`Core::lock`].
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.core.lock()
+    }
+
+    /// See [`Core::lock_beside_commit`].
+    fn lock_beside_commit(&self) -> MutexGuard<'_, Engine> {
+        self.core.lock_beside_commit()
+    }
+
+    /// A store around an engine (opened, created, or a snapshot's view).
+    fn around(engine: Engine, shared: Shared) -> Store {
+        Store {
+            core: Core::new(engine),
+            shared,
+            shrinks: AtomicU64::new(0),
+            committer: Mutex::new(None),
         }
     }
 
@@ -490,7 +549,7 @@ impl Store {
 /// A commit doing its I/O without the lock. Landing it (or unwinding past
 /// it) clears the mark and wakes whoever waits in [`Store::lock`].
 struct CommitInFlight<'a> {
-    store: &'a Store,
+    core: &'a Core,
     landed: bool,
 }
 
@@ -498,9 +557,9 @@ impl<'a> CommitInFlight<'a> {
     /// Takes the lock back to finish the commit.
     fn land(mut self) -> MutexGuard<'a, Engine> {
         self.landed = true;
-        let mut e = self.store.lock_beside_commit();
+        let mut e = self.core.lock_beside_commit();
         e.committing = false;
-        self.store.commit_landed.notify_all();
+        self.core.commit_landed.notify_all();
         e
     }
 }
@@ -509,11 +568,11 @@ impl Drop for CommitInFlight<'_> {
     fn drop(&mut self) {
         if !self.landed {
             // A panic during the commit's I/O: its outcome is unknown.
-            let mut e = self.store.lock_beside_commit();
+            let mut e = self.core.lock_beside_commit();
             e.committing = false;
             e.poisoned
                 .get_or_insert_with(|| "a commit panicked during its I/O".into());
-            self.store.commit_landed.notify_all();
+            self.core.commit_landed.notify_all();
         }
     }
 }
@@ -523,7 +582,9 @@ impl Drop for Store {
     /// nothing that was written through it. Errors cannot be reported here;
     /// call [`Store::flush`] or [`Store::commit`] to see them.
     fn drop(&mut self) {
-        let e = self.engine.get_mut().unwrap_or_else(|p| p.into_inner());
+        // A commit the committer thread has in flight lands first.
+        self.stop_committer();
+        let mut e = self.lock();
         if !e.read_only && e.poisoned.is_none() {
             let _ = e.flush();
         }

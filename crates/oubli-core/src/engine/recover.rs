@@ -188,6 +188,7 @@ impl Store {
         engine.vault_failure = options.vault_failure;
         engine.cleaner = options.cleaner;
         engine.dirty_tree_cap = options.dirty_tree_bytes;
+        engine.background_commits = options.background_commits;
         if let Some(catalog) = &body.catalog {
             engine.load_catalog(catalog)?;
         }
@@ -218,12 +219,7 @@ impl Store {
             io_guard: engine.ctx.io_guard.clone(),
             reclaimer: engine.reclaimer.clone(),
         };
-        Ok(Store {
-            shrinks: AtomicU64::new(0),
-            engine: Mutex::new(engine),
-            commit_landed: Condvar::new(),
-            shared,
-        })
+        Ok(Store::around(engine, shared))
     }
 }
 
@@ -295,6 +291,9 @@ impl Engine {
             share_opener: None,
             snapshot_generation: 0,
             committing: false,
+            background_commits: false,
+            commit_requested: false,
+            closing: false,
         }
     }
 

@@ -141,11 +141,9 @@ impl Store {
             .ok_or_else(|| Error::NoSnapshot(name.to_string()))?;
         let view = e.read_only_view(snap.tree.clone());
         let reclaimer = view.reclaimer.clone();
-        Ok(Store {
-            shrinks: AtomicU64::new(0),
-            engine: Mutex::new(view),
-            commit_landed: Condvar::new(),
-            shared: Shared {
+        Ok(Store::around(
+            view,
+            Shared {
                 medium: self.shared.medium.clone(),
                 provider: self.shared.provider.clone(),
                 scheme: self.shared.scheme.clone(),
@@ -153,7 +151,7 @@ impl Store {
                 io_guard: self.shared.io_guard.clone(),
                 reclaimer,
             },
-        })
+        ))
     }
 
     /// A number that changes whenever a view from [`Store::snapshot`] may

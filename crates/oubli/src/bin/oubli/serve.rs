@@ -407,12 +407,16 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     if let Some(Err(e)) = metrics.as_mut().map(|m| m.tick(&store)) {
         log(&e);
     }
+    let mut logged_epoch = store.epoch();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
         if purge.swap(false, Ordering::SeqCst) {
             behind.settle();
             match store.commit() {
-                Ok(()) => log(&format!("committed epoch {} (SIGUSR1)", store.epoch())),
+                Ok(()) => {
+                    logged_epoch = store.epoch();
+                    log(&format!("committed epoch {logged_epoch} (SIGUSR1)"));
+                }
                 Err(e) => log(&format!("commit failed: {e}")),
             }
         }
@@ -421,10 +425,16 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             if let Some(Err(e)) = metrics.as_mut().map(|m| m.tick(&store)) {
                 log(&e);
             }
-            let before = store.epoch();
             store.tick();
-            if store.epoch() != before {
-                log(&format!("committed epoch {} (policy)", store.epoch()));
+            // The commits since the last tick: the tick's, those the
+            // committer thread made after a change, and those asked for on
+            // the control socket (`oubli commit`).
+            let epoch = store.epoch();
+            if epoch != logged_epoch {
+                log(&format!(
+                    "committed epoch {epoch} (policy or control socket)"
+                ));
+                logged_epoch = epoch;
             }
             match oubli::retention::tick(&store, &retention, ui::now()) {
                 Ok(events) => {

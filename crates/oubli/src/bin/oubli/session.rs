@@ -379,8 +379,9 @@ impl Global {
             .map_err(|e| places.fail(Error::Vault(e)))
     }
 
-    /// Options for a long-running command (mount, serve): `policy` and
-    /// the `--on-vault-failure` choice.
+    /// Options for a long-running command (mount, serve): `policy`, the
+    /// `--on-vault-failure` choice, and the policy's commits on a thread of
+    /// their own (no file operation or NBD request waits for a rotation).
     pub fn long_running_options(
         &self,
         provider: &Arc<dyn CryptoProvider>,
@@ -390,6 +391,7 @@ impl Global {
             provider: provider.clone(),
             policy,
             vault_failure: self.vault_failure,
+            background_commits: true,
             ..Options::default()
         }
     }

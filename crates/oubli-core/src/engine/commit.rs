@@ -56,7 +56,7 @@ impl Store {
     }
 
     /// After a change: see [`settle_as`](Self::settle_as).
-    pub(super) fn settle(&self, e: MutexGuard<'_, Engine>) -> bool {
+    pub(super) fn settle<'a>(&'a self, e: MutexGuard<'a, Engine>) -> bool {
         self.settle_as(e, Settler::Change)
     }
 
@@ -64,14 +64,22 @@ impl Store {
     /// with the lock released across the I/O (as [`commit`](Self::commit))
     /// when it is due; otherwise carries out one slice of a cleaner run in
     /// progress. Returns false if a commit it ran failed.
-    fn settle_as(&self, mut e: MutexGuard<'_, Engine>, settler: Settler) -> bool {
+    fn settle_as<'a>(&'a self, mut e: MutexGuard<'a, Engine>, settler: Settler) -> bool {
         if e.pending.len() > PENDING_OPS_MAX && !e.committing {
             // Bounds the memory of the changes waiting for the intent log:
             // logging them early only makes them durable sooner. A failure
             // poisons the store, which the next change reports.
             let _ = e.flush();
         }
-        if let Some(due) = e.commit_due(settler) {
+        while let Some(due) = e.commit_due(settler) {
+            if e.committing {
+                // A bound reached beside the commit in flight (memory, or
+                // the next epoch's count triggers: a writer outrunning the
+                // commits): wait for it to land, then look again.
+                drop(e);
+                e = self.lock();
+                continue;
+            }
             let may_clean = e.cleaner_may_start();
             if due == Due::Policy && settler == Settler::Change && e.background_commits {
                 e.commit_requested = true;
@@ -204,10 +212,12 @@ pub(super) enum Settler {
 /// Why a commit is due.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Due {
-    /// The tree nodes changed since the last commit reached their memory
-    /// cap: the change that crossed it commits, whatever the options, so
-    /// that the cap holds.
-    Memory,
+    /// A bound that holds whoever runs the commits: the tree nodes changed
+    /// since the last commit reached their memory cap, or the changes made
+    /// beside a commit in flight reached the epoch policy's count triggers
+    /// again (a writer outrunning the commits). The change that got there
+    /// waits for the commit in flight, then commits (or asks for one).
+    Bound,
     /// The epoch policy, or (on the timer) a cleaner run's space.
     Policy,
 }
@@ -500,10 +510,12 @@ impl Engine {
         }
         // Beside a commit in flight too: the nodes changed meanwhile are the
         // next epoch's, and the change that takes them over the cap waits
-        // for that commit to land and commits them (with background commits
-        // nothing else would hold a lone writer back).
-        if self.dirty_tree_over_cap() {
-            return Some(Due::Memory);
+        // for that commit to land and commits them. So with the policy's
+        // counts: with background commits nothing else would hold a lone
+        // writer back, and epochs would grow by what it writes during each
+        // commit (whose sync has that much more to write out).
+        if self.dirty_tree_over_cap() || self.policy_outrun() {
+            return Some(Due::Bound);
         }
         if self.committing || self.commit_requested {
             return None;
@@ -527,11 +539,25 @@ impl Engine {
         let p = &self.policy;
         let changed =
             self.stats.bytes_written > 0 || self.stats.deletions > 0 || self.stats.overwrites > 0;
-        p.bytes.is_some_and(|b| self.stats.bytes_written >= b)
-            || p.deletions.is_some_and(|d| self.stats.deletions >= d)
+        self.policy_counts_reached(&self.stats)
             || (changed
                 && p.interval
                     .is_some_and(|i| now_secs().saturating_sub(self.committed_at) >= i.as_secs()))
+    }
+
+    /// Whether `stats` reach the policy's bytes or deletions trigger.
+    fn policy_counts_reached(&self, stats: &EpochStats) -> bool {
+        let p = &self.policy;
+        p.bytes.is_some_and(|b| stats.bytes_written >= b)
+            || p.deletions.is_some_and(|d| stats.deletions >= d)
+    }
+
+    /// Whether what was counted beside the commit in flight (the next
+    /// epoch's changes) already reaches the policy's bytes or deletions.
+    fn policy_outrun(&self) -> bool {
+        self.in_flight_covers
+            .as_ref()
+            .is_some_and(|covered| self.policy_counts_reached(&self.stats.since(covered)))
     }
 
     /// Whether the commit that is due may start a cleaner run after it. Not

@@ -377,6 +377,9 @@ struct Engine {
     /// Set while [`Store::commit`] writes and rotates without the lock:
     /// only the operations that take [`Store::lock_beside_commit`] run then.
     committing: bool,
+    /// The epoch's counters when the commit in flight captured its tree:
+    /// what was counted since belongs to the next epoch.
+    in_flight_covers: Option<EpochStats>,
     /// [`Options::background_commits`].
     background_commits: bool,
     /// A change asked the committer thread for a commit it has not begun.
@@ -448,6 +451,7 @@ impl Core {
     /// Marks a commit in flight and releases the lock for its I/O.
     fn commit_in_flight(&self, mut e: MutexGuard<'_, Engine>) -> CommitInFlight<'_> {
         e.committing = true;
+        e.in_flight_covers = Some(e.stats.clone());
         drop(e);
         CommitInFlight {
             core: self,
@@ -559,6 +563,7 @@ impl<'a> CommitInFlight<'a> {
         self.landed = true;
         let mut e = self.core.lock_beside_commit();
         e.committing = false;
+        e.in_flight_covers = None;
         self.core.commit_landed.notify_all();
         e
     }
@@ -570,6 +575,7 @@ impl Drop for CommitInFlight<'_> {
             // A panic during the commit's I/O: its outcome is unknown.
             let mut e = self.core.lock_beside_commit();
             e.committing = false;
+            e.in_flight_covers = None;
             e.poisoned
                 .get_or_insert_with(|| "a commit panicked during its I/O".into());
             self.core.commit_landed.notify_all();

@@ -291,6 +291,7 @@ impl Engine {
             share_opener: None,
             snapshot_generation: 0,
             committing: false,
+            in_flight_covers: None,
             background_commits: false,
             commit_requested: false,
             closing: false,

@@ -46,7 +46,7 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --size-runs N        timed commits per store size (median reported)  [11]
   --aead-size SIZE     volume per in-process AEAD measurement          [512M]
   --stall-secs S       seconds of each commit-stall run                [10]
-  --stall-rounds N     commit-stall rounds (each: no commits, then a commit every 1 s) [3]
+  --stall-rounds N     commit-stall rounds (each: no commits, a commit every 1 s, the policy's every 1 s, in the background) [3]
   --vault-delay MS     the commit-stall and cleaner-stall vault's rotation time [50]
   --clean-span SIZE    object the cleaner-stall writer goes round      [1G]
   --clean-total SIZE   bytes the cleaner-stall writer writes per run   [6G]

@@ -1,4 +1,4 @@
-//! Stalls: a 4 KiB random writer while another thread commits every second against a vault slowed on purpose, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
+//! Stalls: a 4 KiB random writer while commits happen every second (another thread's, or the epoch policy's) against a vault slowed on purpose, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
 
 use crate::report::{mb_per_s, say, Rec, MIB};
 use crate::store::BoxResult;
@@ -15,7 +15,10 @@ struct Run {
     /// Latency of every write, in seconds, sorted.
     latencies: Vec<f64>,
     secs: f64,
+    /// How long each commit took, where another thread made them.
     commits: Vec<f64>,
+    /// Epochs the store went through.
+    epochs: u64,
 }
 
 impl Run {
@@ -46,28 +49,57 @@ fn slow_vault_store(dir: &Path, vault_delay: Duration, options: Options) -> BoxR
     Ok(store)
 }
 
+/// Who commits beside the commit-stall writer.
+#[derive(Clone, Copy)]
+enum Commits {
+    None,
+    /// Another thread, calling `Store::commit` at this period.
+    Thread(Duration),
+    /// The epoch policy, on an interval of one second: in the path of the
+    /// writer whose change makes it due, or on the committer thread.
+    Policy {
+        background: bool,
+    },
+}
+
 /// One writer thread writing 4 KiB blocks at random aligned offsets of a
-/// `span`-byte object for `seconds`; with `commit_every`, a second thread
-/// commits at that period. The vault's rotation takes `vault_delay`.
+/// `span`-byte object for `seconds`, with `commits`. The vault's rotation
+/// takes `vault_delay`.
 fn run_once(
     dir: &Path,
     seconds: f64,
     span: u64,
     vault_delay: Duration,
-    commit_every: Option<Duration>,
+    commits: Commits,
 ) -> BoxResult<Run> {
+    let (policy, background_commits) = match commits {
+        Commits::Policy { background } => (
+            EpochPolicy {
+                interval: Some(Duration::from_secs(1)),
+                ..EpochPolicy::manual()
+            },
+            background,
+        ),
+        _ => (EpochPolicy::manual(), false),
+    };
     let store = slow_vault_store(
         dir,
         vault_delay,
         Options {
-            policy: EpochPolicy::manual(),
+            policy,
+            background_commits,
             ..Default::default()
         },
     )?;
     let store = Arc::new(store);
     let oid = store.create_object(b"")?;
     store.commit()?;
+    let first_epoch = store.epoch();
     let stop = Arc::new(AtomicBool::new(false));
+    let commit_every = match commits {
+        Commits::Thread(period) => Some(period),
+        _ => None,
+    };
     let committer = commit_every.map(|period| {
         let (store, stop) = (store.clone(), stop.clone());
         std::thread::spawn(move || -> Result<Vec<f64>, oubli_core::Error> {
@@ -105,18 +137,21 @@ fn run_once(
         Some(c) => c.join().map_err(|_| "committer panicked")??,
         None => Vec::new(),
     };
+    let epochs = store.epoch() - first_epoch;
     drop(store);
     latencies.sort_by(f64::total_cmp);
     Ok(Run {
         latencies,
         secs,
         commits,
+        epochs,
     })
 }
 
-/// Runs the writer with no commits, then with a commit every second, each
-/// `rounds` times alternately; reports p50/p99/max write latency and the
-/// throughput ratio.
+/// Runs the writer with no commits, with another thread's commit every
+/// second, and with the epoch policy's (interval 1 s) in the writer's path
+/// and on the committer thread, each `rounds` times alternately; reports
+/// p50/p99/max write latency and the throughput ratio.
 pub fn commit_stall(
     work: &Path,
     seconds: f64,
@@ -127,32 +162,41 @@ pub fn commit_stall(
     let delay = Duration::from_millis(vault_delay_ms);
     say(format!(
         "commit stall: one thread writes 4 KiB at random offsets of a {} MiB object for {seconds} s; \
-         another commits every 1 s; the vault's rotation takes {vault_delay_ms} ms (SlowVault); \
-         against the same writer with no commits; {rounds} round(s), alternating",
+         another commits every 1 s, or the epoch policy does (interval 1 s: policy-1s in the \
+         writer's path, policy-1s-background on the committer thread); the vault's rotation \
+         takes {vault_delay_ms} ms (SlowVault); against the same writer with no commits; \
+         {rounds} round(s), alternating",
         span >> 20
     ));
     for round in 1..=rounds {
-        for (mode, every) in [
-            ("no-commits", None),
-            ("commit-every-1s", Some(Duration::from_secs(1))),
+        for (mode, commits) in [
+            ("no-commits", Commits::None),
+            ("commit-every-1s", Commits::Thread(Duration::from_secs(1))),
+            ("policy-1s", Commits::Policy { background: false }),
+            ("policy-1s-background", Commits::Policy { background: true }),
         ] {
             let dir = work.join(format!("stall-{mode}-{round}"));
-            let run = run_once(&dir, seconds, span, delay, every)?;
+            let run = run_once(&dir, seconds, span, delay, commits)?;
             std::fs::remove_dir_all(&dir)?;
             let ms = |s: f64| s * 1000.0;
             let mut commits = run.commits.clone();
             commits.sort_by(f64::total_cmp);
             let commit_median = commits.get(commits.len() / 2).copied().unwrap_or(0.0);
+            // Another thread's commits are timed; the policy's are counted.
+            let took = if commits.is_empty() {
+                String::new()
+            } else {
+                format!(" (median {:.1} ms)", ms(commit_median))
+            };
             say(format!(
                 "commit stall {mode} round {round}: {:.0} writes/s ({:.1} MB/s), latency p50 {:.3} ms, \
-                 p99 {:.3} ms, max {:.1} ms; {} commits (median {:.1} ms)",
+                 p99 {:.3} ms, max {:.1} ms; {} commits{took}",
                 run.writes_per_s(),
                 mb_per_s(run.latencies.len() as u64 * 4096, run.secs),
                 ms(run.pct(0.5)),
                 ms(run.pct(0.99)),
                 ms(run.pct(1.0)),
-                commits.len(),
-                ms(commit_median)
+                run.epochs,
             ));
             Rec::new("commit_stall")
                 .str("mode", mode)
@@ -162,7 +206,7 @@ pub fn commit_stall(
                 .num("p50_ms", ms(run.pct(0.5)))
                 .num("p99_ms", ms(run.pct(0.99)))
                 .num("max_ms", ms(run.pct(1.0)))
-                .int("commits", commits.len() as u64)
+                .int("commits", run.epochs)
                 .num("commit_median_ms", ms(commit_median))
                 .emit();
         }
@@ -238,6 +282,7 @@ fn stream_once(
         latencies,
         secs,
         commits: Vec::new(),
+        epochs: 0,
     };
     Ok((run, medium_bytes))
 }

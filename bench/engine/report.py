@@ -190,6 +190,16 @@ def add_stall_rows(add, by):
             f"max {top:.1f} ms", "<= 5 ms", verdict(hi <= 5.0))
         ratio = spread(busy, "writes_per_s")[0] / spread(quiet, "writes_per_s")[0]
         add("  its throughput / no commits", f"{ratio:.2f}x", None, "", ">= 0.90x", verdict(ratio >= 0.9))
+        for mode, label in (("policy-1s", "the policy's, in the writer's path"),
+                            ("policy-1s-background", "the policy's, on the committer thread")):
+            recs = [r for r in by.get("commit_stall", []) if r["mode"] == mode]
+            if not recs:
+                continue
+            top, lo, hi = spread(recs, "max_ms")
+            ratio = spread(recs, "writes_per_s")[0] / spread(quiet, "writes_per_s")[0]
+            add(f"4 KiB writer, {label} every 1 s: longest write", f"{top:.1f} ms", None,
+                f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(recs, 'p99_ms')[0]:.3f} ms; "
+                f"throughput {ratio:.2f}x no commits")
     for pattern in ("seq", "rand"):
         recs = [r for r in by.get("cleaner_stall", []) if r.get("pattern") == pattern]
         off = [r for r in recs if r["mode"] == "cleaner-off"]

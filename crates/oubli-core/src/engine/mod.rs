@@ -122,7 +122,10 @@ pub struct Options {
     /// the commit (a library caller then knows a change that crossed the
     /// policy has committed when it returns); the long-running front-ends
     /// (mount, serve) turn it on. Commits forced by the dirty-tree cap stay
-    /// in the path of the change that crossed it, so that the cap holds.
+    /// in the path of the change that crossed it, and a change that reaches
+    /// the policy's bytes or deletions trigger again while the commit it
+    /// asked for is still in flight waits for that one to land, so that
+    /// both bounds hold.
     pub background_commits: bool,
 }
 

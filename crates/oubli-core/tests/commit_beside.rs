@@ -40,6 +40,24 @@ fn create_with(medium: Arc<dyn Medium>, vault: Arc<dyn Vault>, options: Options)
     .unwrap()
 }
 
+/// Options with a commit per `bytes` written, each followed by a cleaner
+/// run as soon as a tenth of the medium is dead.
+fn eager_cleaner(bytes: u64) -> Options {
+    Options {
+        policy: EpochPolicy {
+            bytes: Some(bytes),
+            ..EpochPolicy::manual()
+        },
+        cleaner: oubli_core::CleanerPolicy {
+            dead_share: 0.1,
+            min_dead_bytes: 64 << 10,
+            threshold: 0.9,
+            max_move_bytes: 64 << 20,
+        },
+        ..Options::default()
+    }
+}
+
 /// Runs `f` on another thread; `None` if it has not finished within `wait`.
 fn within<T: Send + 'static>(wait: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let (tx, rx) = mpsc::channel();
@@ -175,28 +193,11 @@ fn a_medium_failure_anywhere_in_a_commit_poisons_the_store() {
 /// right after it leaves that tree as the store's.
 #[test]
 fn victims_emptied_beside_a_commit_outlive_its_landing() {
-    use oubli_core::CleanerPolicy;
     use oubli_media::TearMode;
     const CELL: usize = 32 << 10;
     let medium = Arc::new(MemMedium::with_segment_capacity(256 << 10));
     let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let store = create_with(
-        medium.clone(),
-        vault.clone(),
-        Options {
-            policy: EpochPolicy {
-                bytes: Some(4 << 20),
-                ..EpochPolicy::manual()
-            },
-            cleaner: CleanerPolicy {
-                dead_share: 0.1,
-                min_dead_bytes: 64 << 10,
-                threshold: 0.9,
-                max_move_bytes: 64 << 20,
-            },
-            ..Options::default()
-        },
-    );
+    let store = create_with(medium.clone(), vault.clone(), eager_cleaner(4 << 20));
     let store = Arc::new(store);
     // Every other cell overwritten: each of the first segments half dead.
     let a = store.create_object(b"a").unwrap();
@@ -249,6 +250,64 @@ fn victims_emptied_beside_a_commit_outlive_its_landing() {
     assert_eq!(store.read(c, 63 * 4096, 4096).unwrap(), vec![63u8; 4096]);
 }
 
+/// Writes `data` at `at` on another thread; fails the test (letting the
+/// vault go first) if the write has not returned within 20 s, as one that
+/// waits for the held vault never would.
+fn write_without_waiting(
+    store: &Arc<Store>,
+    vault: &Gate,
+    oid: u64,
+    at: u64,
+    data: &[u8],
+    what: &str,
+) {
+    let (s, data) = (store.clone(), data.to_vec());
+    match within(Duration::from_secs(20), move || s.write(oid, at, &data)) {
+        Some(written) => written.unwrap(),
+        None => {
+            vault.release();
+            panic!("{what} waited for the commit in flight");
+        }
+    }
+}
+
+/// A store on `options` (background commits) whose first policy commit is
+/// held in the vault: an object written with 64 KiB of 1s made it due, the
+/// change returned, and the committer thread is inside the rotation.
+struct Held {
+    medium: Arc<MemMedium>,
+    vault: Arc<Gate>,
+    store: Arc<Store>,
+    oid: u64,
+    /// The epoch before the held commit.
+    epoch: u64,
+}
+
+fn policy_commit_held(options: Options) -> Held {
+    let medium = Arc::new(MemMedium::new());
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let store = Arc::new(create_with(medium.clone(), vault.clone(), options));
+    let oid = store.create_object(b"").unwrap();
+    let epoch = store.epoch();
+    vault.hold();
+    write_without_waiting(
+        &store,
+        &vault,
+        oid,
+        0,
+        &[1u8; 64 << 10],
+        "the change that made the policy due",
+    );
+    vault.wait_until_entered();
+    Held {
+        medium,
+        vault,
+        store,
+        oid,
+        epoch,
+    }
+}
+
 /// Options whose epoch policy commits every 64 KiB written, on the
 /// committer thread.
 fn background_options() -> Options {
@@ -268,22 +327,14 @@ fn background_options() -> Options {
 /// changes after it.
 #[test]
 fn a_change_that_makes_a_commit_due_does_not_wait_for_it_in_the_background() {
-    let medium = Arc::new(MemMedium::new());
-    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let store = Arc::new(create_with(medium, vault.clone(), background_options()));
-    let oid = store.create_object(b"").unwrap();
-    let epoch = store.epoch();
-    vault.hold();
-    let s = store.clone();
-    let returned = within(Duration::from_secs(20), move || {
-        s.write(oid, 0, &[1u8; 64 << 10]).unwrap();
-    });
-    if returned.is_none() {
-        vault.release();
-        panic!("the change that made the policy due waited for its commit");
-    }
+    let Held {
+        vault,
+        store,
+        oid,
+        epoch,
+        ..
+    } = policy_commit_held(background_options());
     // The commit it asked for is in the vault now, on the committer thread.
-    vault.wait_until_entered();
     // Changes below the policy's next trigger do not wait either.
     let s = store.clone();
     let during = within(Duration::from_secs(20), move || {
@@ -303,24 +354,13 @@ fn a_change_that_makes_a_commit_due_does_not_wait_for_it_in_the_background() {
 /// the drop finds that epoch ended, and every write.
 #[test]
 fn dropping_a_store_lands_the_commit_its_committer_was_asked_for() {
-    let medium = Arc::new(MemMedium::new());
-    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let store = create_with(medium.clone(), vault.clone(), background_options());
-    let oid = store.create_object(b"").unwrap();
-    let epoch = store.epoch();
-    vault.hold();
-    let store = Arc::new(store);
-    let s = store.clone();
-    match within(Duration::from_secs(20), move || {
-        s.write(oid, 0, &[7u8; 64 << 10])
-    }) {
-        Some(written) => written.unwrap(),
-        None => {
-            vault.release();
-            panic!("the change that made the policy due waited for its commit");
-        }
-    }
-    vault.wait_until_entered();
+    let Held {
+        medium,
+        vault,
+        store,
+        oid,
+        epoch,
+    } = policy_commit_held(background_options());
     store.write(oid, 64 << 10, b"after the request").unwrap();
     let store = Arc::into_inner(store).expect("the only handle");
     let closing = std::thread::spawn(move || drop(store));
@@ -337,7 +377,7 @@ fn dropping_a_store_lands_the_commit_its_committer_was_asked_for() {
         "the commit did not land"
     );
     let store = Store::open(medium, vault, options()).unwrap();
-    assert_eq!(store.read(oid, 0, 64 << 10).unwrap(), vec![7u8; 64 << 10]);
+    assert_eq!(store.read(oid, 0, 64 << 10).unwrap(), vec![1u8; 64 << 10]);
     assert_eq!(store.read(oid, 64 << 10, 17).unwrap(), b"after the request");
 }
 
@@ -372,26 +412,15 @@ fn a_commit_requested_just_before_closing_is_made() {
 fn the_changed_tree_cap_holds_beside_a_background_commit() {
     use std::sync::atomic::{AtomicU64, Ordering};
     const FILES: u64 = 40_000;
-    let medium = Arc::new(MemMedium::new());
-    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let options = Options {
+    let Held {
+        vault,
+        store,
+        epoch,
+        ..
+    } = policy_commit_held(Options {
         dirty_tree_bytes: 1 << 20,
         ..background_options()
-    };
-    let store = Arc::new(create_with(medium, vault.clone(), options));
-    let epoch = store.epoch();
-    vault.hold();
-    let s = store.clone();
-    if within(Duration::from_secs(20), move || {
-        let oid = s.create_object(b"").unwrap();
-        s.write(oid, 0, &[1u8; 64 << 10]).unwrap();
-    })
-    .is_none()
-    {
-        vault.release();
-        panic!("the change that made the policy due waited for its commit");
-    }
-    vault.wait_until_entered();
+    });
     let made = Arc::new(AtomicU64::new(0));
     let (s, count) = (store.clone(), made.clone());
     // Empty files with names (no bytes written: the policy's byte trigger,
@@ -436,33 +465,23 @@ fn the_changed_tree_cap_holds_beside_a_background_commit() {
 /// writer puts down during a commit, and each commit's sync with it.
 #[test]
 fn a_writer_outrunning_background_commits_waits_for_the_one_in_flight() {
-    let medium = Arc::new(MemMedium::new());
-    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
-    let store = Arc::new(create_with(medium, vault.clone(), background_options()));
-    let oid = store.create_object(b"").unwrap();
-    let epoch = store.epoch();
-    vault.hold();
-    let s = store.clone();
-    if within(Duration::from_secs(20), move || {
-        s.write(oid, 0, &[1u8; 64 << 10]).unwrap();
-    })
-    .is_none()
-    {
-        vault.release();
-        panic!("the change that made the policy due waited for its commit");
-    }
+    let Held {
+        vault,
+        store,
+        oid,
+        epoch,
+        ..
+    } = policy_commit_held(background_options());
     // The commit captured its tree (it is in the vault): what is written
     // from here on counts for the next epoch.
-    vault.wait_until_entered();
-    let s = store.clone();
-    if within(Duration::from_secs(20), move || {
-        s.write(oid, 64 << 10, &[2u8; 32 << 10]).unwrap();
-    })
-    .is_none()
-    {
-        vault.release();
-        panic!("a change below the next trigger waited for the commit in flight");
-    }
+    write_without_waiting(
+        &store,
+        &vault,
+        oid,
+        64 << 10,
+        &[2u8; 32 << 10],
+        "a change below the next trigger",
+    );
     let s = store.clone();
     let outrunning = std::thread::spawn(move || s.write(oid, 96 << 10, &[3u8; 32 << 10]));
     std::thread::sleep(Duration::from_millis(200));
@@ -480,4 +499,165 @@ fn a_writer_outrunning_background_commits_waits_for_the_one_in_flight() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(store.read(oid, 96 << 10, 4).unwrap(), [3u8; 4]);
+}
+
+/// A medium whose reads can be held at a gate (the way `SlowVault` holds a
+/// rotation): what reads the medium then waits until the test lets it go.
+struct ReadGate {
+    inner: MemMedium,
+    gate: std::sync::Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl ReadGate {
+    fn new(inner: MemMedium) -> ReadGate {
+        ReadGate {
+            inner,
+            gate: std::sync::Mutex::new((false, 0)),
+            changed: std::sync::Condvar::new(),
+        }
+    }
+    fn hold(&self) {
+        self.gate.lock().unwrap().0 = true;
+    }
+    fn release(&self) {
+        self.gate.lock().unwrap().0 = false;
+        self.changed.notify_all();
+    }
+    /// Waits until a read is held at the gate.
+    fn wait_until_entered(&self) {
+        let mut g = self.gate.lock().unwrap();
+        while g.1 == 0 {
+            g = self.changed.wait(g).unwrap();
+        }
+    }
+}
+
+impl Medium for ReadGate {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn segment_capacity(&self) -> u64 {
+        self.inner.segment_capacity()
+    }
+    fn append(&self, id: oubli_core::SegmentId, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.append(id, offset, data)
+    }
+    fn read(&self, id: oubli_core::SegmentId, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let mut g = self.gate.lock().unwrap();
+        if g.0 {
+            g.1 += 1;
+            self.changed.notify_all();
+            while g.0 {
+                g = self.changed.wait(g).unwrap();
+            }
+            g.1 -= 1;
+        }
+        drop(g);
+        self.inner.read(id, offset, buf)
+    }
+    fn segment_len(&self, id: oubli_core::SegmentId) -> std::io::Result<Option<u64>> {
+        self.inner.segment_len(id)
+    }
+    fn list_segments(&self) -> std::io::Result<Vec<oubli_core::SegmentId>> {
+        self.inner.list_segments()
+    }
+    fn delete_segment(&self, id: oubli_core::SegmentId) -> std::io::Result<()> {
+        self.inner.delete_segment(id)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn read_superblock(&self, slot: oubli_core::Slot) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read_superblock(slot)
+    }
+    fn write_superblock(&self, slot: oubli_core::Slot, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_superblock(slot, data)
+    }
+}
+
+/// A cleaner run's trace runs without the engine lock (on the committer
+/// thread here), so changes go on beside it, and the segments they fill
+/// are ones the trace never saw: the run must neither doom nor empty them.
+/// The trace is held at the medium (the first node it reads) while a
+/// writer fills several segments; then the run goes through, the segments
+/// it doomed are deleted, and everything written must read back, after a
+/// reopen too.
+#[test]
+fn segments_filled_beside_a_cleaner_trace_are_kept() {
+    const SEGMENT: u64 = 256 << 10;
+    let medium = Arc::new(ReadGate::new(MemMedium::with_segment_capacity(SEGMENT)));
+    let vault = Arc::new(MemoryVault::empty());
+    let options = Options {
+        background_commits: true,
+        ..eager_cleaner(2 << 20)
+    };
+    let store = Arc::new(create_with(medium.clone(), vault.clone(), options.clone()));
+    // Dead bytes: an object written, then written over.
+    let a = store.create_object(b"a").unwrap();
+    store.write(a, 0, &vec![1u8; 1 << 20]).unwrap();
+    store.commit().unwrap();
+    store.write(a, 0, &vec![2u8; 1 << 20]).unwrap();
+    store.commit().unwrap();
+    // The change that makes the policy due: its commit, then the trace,
+    // run on the committer thread; the trace waits at the gate.
+    medium.hold();
+    let s = store.clone();
+    let b = store.create_object(b"b").unwrap();
+    if within(Duration::from_secs(20), move || {
+        s.write(b, 0, &vec![3u8; 2 << 20]).unwrap()
+    })
+    .is_none()
+    {
+        medium.release();
+        panic!("a change waited for the commit it made due");
+    }
+    medium.wait_until_entered();
+    // Beside the trace: more than three segments' worth of new cells.
+    let s = store.clone();
+    let c = store.create_object(b"c").unwrap();
+    let written = within(Duration::from_secs(20), move || {
+        for i in 0..32u64 {
+            s.write(c, i * (32 << 10), &[i as u8; 32 << 10]).unwrap();
+        }
+    });
+    medium.release();
+    written.expect("changes waited for the cleaner's trace");
+    // The committer thread finishes the trace and starts the run (or
+    // only dooms what is unreached, if nothing is left to move).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = store.status().unwrap();
+        if status.cleaner.is_some() || status.segments_awaiting_commit > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no cleaner run");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The run goes through (changes and ticks carry its slices), and a
+    // commit deletes what it doomed.
+    for _ in 0..200 {
+        store.tick();
+        if store.status().unwrap().cleaner.is_none() {
+            break;
+        }
+    }
+    store.commit().unwrap();
+    let check = |s: &Store| {
+        assert_eq!(s.read(a, 0, 1 << 20).unwrap(), vec![2u8; 1 << 20]);
+        assert_eq!(s.read(b, 0, 2 << 20).unwrap(), vec![3u8; 2 << 20]);
+        for i in 0..32u64 {
+            assert_eq!(
+                s.read(c, i * (32 << 10), 32 << 10).unwrap(),
+                vec![i as u8; 32 << 10],
+                "cell {i} of the object written beside the trace"
+            );
+        }
+    };
+    check(&store);
+    let problems = store.fsck(&mut |_| {}).unwrap().problems;
+    assert!(problems.is_empty(), "{problems:?}");
+    drop(Arc::into_inner(store).expect("the only handle"));
+    let store = Store::open(medium, vault, options).unwrap();
+    check(&store);
 }

@@ -180,14 +180,30 @@ impl Mover {
     }
 }
 
-impl Engine {
-    /// Sealed bytes each segment holds that some root reaches: the live
-    /// tree, every snapshot, and the snapshot table. A unit shared by
-    /// several roots counts once.
-    pub(super) fn segment_usage(&self) -> Result<HashMap<SegmentId, u64>> {
+/// What a cleaner run's trace goes through, taken under the engine lock:
+/// every root and the other units the store names, and the first segment
+/// that may get units after that moment. The trace itself may then run
+/// without the lock (DESIGN §7).
+pub(super) struct TraceStart {
+    roots: Vec<Tree>,
+    /// The catalog's and the key scheme's units.
+    units: Vec<(u64, u64)>,
+    /// The data segment being filled when the roots were taken (or the
+    /// next one): it and every later segment may hold units the roots do
+    /// not show, so the run neither dooms nor empties them.
+    floor: SegmentId,
+    /// A context for loading nodes without the engine lock (no node cache:
+    /// a trace reads each node once).
+    detached: Ctx,
+}
+
+impl TraceStart {
+    /// Sealed bytes each segment holds that the roots reach, loading nodes
+    /// through `src`. A unit several roots share counts once.
+    pub(super) fn segment_usage(&self, src: &dyn NodeSource) -> Result<HashMap<SegmentId, u64>> {
         // Only units several roots share need remembering (a set of every
         // address would be tens of MiB at a million files).
-        let shared = !self.snapshots.is_empty();
+        let shared = self.roots.len() > 1;
         let mut seen = HashSet::new();
         let mut live: HashMap<SegmentId, u64> = HashMap::new();
         let mut mark = |at: u64, len: u64| {
@@ -195,35 +211,84 @@ impl Engine {
                 *live.entry(addr_segment(at)).or_default() += len;
             }
         };
-        for tree in self.roots() {
-            self.each_unit(tree, &mut mark)?;
+        for tree in &self.roots {
+            each_unit(tree, src, &mut mark)?;
         }
-        for t in self.catalog_unit.iter().chain(&self.scheme_state_units) {
-            mark(t.addr, t.len as u64);
+        for &(at, len) in &self.units {
+            mark(at, len);
         }
         Ok(live)
     }
 
-    /// Starts a cleaner run if the [`CleanerPolicy`] says so and none is
-    /// in progress. The changes that follow carry it out, a slice each
-    /// ([`Store::settle`]); an idle store's timer finishes it.
-    pub(super) fn maybe_clean(&mut self) {
+    /// [`segment_usage`](Self::segment_usage) without the engine lock.
+    pub(super) fn trace_detached(&self) -> Result<HashMap<SegmentId, u64>> {
+        self.segment_usage(&self.detached)
+    }
+}
+
+impl Engine {
+    /// Takes what a trace goes through (see [`TraceStart`]).
+    pub(super) fn trace_start(&self) -> TraceStart {
+        TraceStart {
+            roots: self.roots().cloned().collect(),
+            units: (self.catalog_unit.iter().chain(&self.scheme_state_units))
+                .map(|t| (t.addr, t.len as u64))
+                .collect(),
+            floor: self.data_segment.map_or(self.next_segment, |(s, _)| s),
+            detached: Ctx {
+                medium: self.ctx.medium.clone(),
+                provider: self.ctx.provider.clone(),
+                scheme: self.ctx.scheme.clone(),
+                cache: RefCell::new(NodeCache::with_limit(0)),
+                io_guard: self.ctx.io_guard.clone(),
+            },
+        }
+    }
+
+    /// Whether the [`CleanerPolicy`] wants a run now: dead bytes past both
+    /// its share and its amount, and no run in progress.
+    pub(super) fn clean_due(&mut self) -> bool {
         let policy = self.cleaner;
         if policy.min_dead_bytes == u64::MAX || self.cleaning.is_some() {
-            return;
+            return false;
         }
         let total = match self.medium_bytes() {
             Ok(t) => t,
             Err(e) => {
                 self.last_commit_error = Some(format!("cleaner: {e}"));
-                return;
+                return false;
             }
         };
         let dead = total.saturating_sub(self.live_bytes);
-        if dead < policy.min_dead_bytes || (dead as f64) < policy.dead_share * total as f64 {
+        dead >= policy.min_dead_bytes && (dead as f64) >= policy.dead_share * total as f64
+    }
+
+    /// Starts the policy's run (if none started meanwhile) from a trace of
+    /// `start`, made with or without the lock. The changes that follow
+    /// carry it out, a slice each ([`Store::settle`]); an idle store's
+    /// timer finishes it. A trace made without it may fail where the roots
+    /// it went through lost units meanwhile (a key scheme forgets the keys
+    /// of what a commit erased): it is then made again under the lock.
+    pub(super) fn start_traced_run(
+        &mut self,
+        start: TraceStart,
+        live: Result<HashMap<SegmentId, u64>>,
+    ) {
+        if self.cleaning.is_some() || self.writable().is_err() {
             return;
         }
-        if let Err(e) = self.start_clean(policy.threshold, policy.max_move_bytes) {
+        let traced = match live {
+            Ok(live) => Ok((start, live)),
+            Err(_) => {
+                let start = self.trace_start();
+                start.segment_usage(&self.ctx).map(|live| (start, live))
+            }
+        };
+        let policy = self.cleaner;
+        let started = traced.and_then(|(start, live)| {
+            self.start_clean_with(&start, &live, policy.threshold, policy.max_move_bytes)
+        });
+        if let Err(e) = started {
             self.last_commit_error = Some(format!("cleaner: {e}"));
         }
     }
@@ -259,7 +324,25 @@ impl Engine {
         max_move: u64,
     ) -> Result<Option<GcReport>> {
         self.writable()?;
-        let live = self.segment_usage()?;
+        let start = self.trace_start();
+        let live = start.segment_usage(&self.ctx)?;
+        self.start_clean_with(&start, &live, threshold, max_move)
+    }
+
+    /// [`start_clean`](Self::start_clean) from `live`, a trace of `start`.
+    /// Sound however long ago `start` was taken: no change adds a reference
+    /// to a unit no root reached (units are only appended, at `floor` or
+    /// after; a snapshot copies the live tree), so a segment below `floor`
+    /// the trace found unreached is unreached still; one that lost units
+    /// since only looks fuller than it is.
+    fn start_clean_with(
+        &mut self,
+        start: &TraceStart,
+        live: &HashMap<SegmentId, u64>,
+        threshold: f64,
+        max_move: u64,
+    ) -> Result<Option<GcReport>> {
+        self.writable()?;
         let current = self.data_segment.map(|(s, _)| s);
         let mut report = GcReport::default();
         let mut candidates = Vec::new();
@@ -271,6 +354,7 @@ impl Engine {
         let doomed: HashSet<SegmentId> = self.doomed_segments.iter().copied().collect();
         for seg in segments {
             if Some(seg) == current
+                || seg >= start.floor
                 || seg == self.log.segment
                 || Some(seg) == self.log.tally
                 || doomed.contains(&seg)

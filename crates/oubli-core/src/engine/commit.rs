@@ -168,7 +168,14 @@ impl Core {
     fn policy_commit(&self, may_clean: bool) -> bool {
         let result = self.commit_beside_writes();
         let ok = result.is_ok();
-        self.lock().after_policy_commit(result, may_clean);
+        let trace = self.lock().after_policy_commit(result, may_clean);
+        if let Some(start) = trace {
+            // The trace reads and opens every node the roots reach (a
+            // quarter of a second at 10⁶ files): without the lock, so
+            // that no change waits for it (DESIGN §7).
+            let live = start.trace_detached();
+            self.lock().start_traced_run(start, live);
+        }
         ok
     }
 
@@ -590,19 +597,24 @@ impl Engine {
         self.tree.dirty_mem_bytes() > self.dirty_tree_cap
     }
 
-    /// Records how a commit the policy asked for went; after success, may
-    /// start a cleaner run.
+    /// Records how a commit the policy asked for went; after success,
+    /// returns what a cleaner run's trace must go through if one is due.
     /// Keep-the-epoch-open policy: a failure loses nothing, erasure is
     /// delayed, the next trigger retries and `status` reports why.
-    pub(super) fn after_policy_commit(&mut self, result: Result<()>, may_clean: bool) {
+    pub(super) fn after_policy_commit(
+        &mut self,
+        result: Result<()>,
+        may_clean: bool,
+    ) -> Option<clean::TraceStart> {
         match result {
             Ok(()) => {
                 self.last_commit_error = None;
-                if may_clean {
-                    self.maybe_clean();
-                }
+                (may_clean && self.clean_due()).then(|| self.trace_start())
             }
-            Err(e) => self.last_commit_error = Some(e.to_string()),
+            Err(e) => {
+                self.last_commit_error = Some(e.to_string());
+                None
+            }
         }
     }
 
@@ -612,7 +624,10 @@ impl Engine {
         if self.commit_due(Settler::Change).is_some() {
             let may_clean = self.cleaner_may_start();
             let result = self.commit();
-            self.after_policy_commit(result, may_clean);
+            if let Some(start) = self.after_policy_commit(result, may_clean) {
+                let live = start.segment_usage(&self.ctx);
+                self.start_traced_run(start, live);
+            }
         }
     }
 

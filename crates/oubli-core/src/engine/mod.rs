@@ -36,7 +36,7 @@ use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
     addr, addr_offset, addr_segment, encode_node, CellRef, Key, NameBucket, Node, NodePtr,
-    ObjectRecord, Tree, Value, Visit, KIND_CELL, KIND_CELLS, KIND_NAMES, KIND_OBJECT,
+    NodeSource, ObjectRecord, Tree, Value, Visit, KIND_CELL, KIND_CELLS, KIND_NAMES, KIND_OBJECT,
 };
 use crate::unit::{cell_aad, describe_cell, node_aad, open_cell_unit, Ctx, NodeCache};
 use crate::vault::{StoreId, Vault, VaultInfo, VaultRecord};
@@ -684,19 +684,7 @@ impl Engine {
     /// Calls `f(address, sealed length)` for every unit (node on the medium
     /// or data cell) that `tree` reaches.
     fn each_unit(&self, tree: &Tree, f: &mut dyn FnMut(u64, u64)) -> Result<()> {
-        tree.walk(&self.ctx, &mut |ptr, node| {
-            if let Some(p) = ptr {
-                f(p.addr, p.len as u64);
-            }
-            if let Node::Leaf(entries) = node {
-                for (_, v) in entries {
-                    if let Value::Cell(c) = v {
-                        f(c.addr, c.sealed_len());
-                    }
-                }
-            }
-            Ok(())
-        })
+        each_unit(tree, &self.ctx, f)
     }
 
     /// The live tree, then every snapshot's tree.
@@ -832,4 +820,22 @@ impl Engine {
         self.unsynced = false;
         Ok(())
     }
+}
+
+/// Calls `f(address, sealed length)` for every unit (node on the medium or
+/// data cell) that `tree` reaches, loading nodes through `src`.
+fn each_unit(tree: &Tree, src: &dyn NodeSource, f: &mut dyn FnMut(u64, u64)) -> Result<()> {
+    tree.walk(src, &mut |ptr, node| {
+        if let Some(p) = ptr {
+            f(p.addr, p.len as u64);
+        }
+        if let Node::Leaf(entries) = node {
+            for (_, v) in entries {
+                if let Value::Cell(c) = v {
+                    f(c.addr, c.sealed_len());
+                }
+            }
+        }
+        Ok(())
+    })
 }

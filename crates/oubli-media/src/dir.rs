@@ -570,6 +570,29 @@ impl Medium for DirMedium {
     }
 }
 
+/// Frees a file's blocks a few MiB at a time before it is unlinked. ext4
+/// frees a 64 MiB file's extents in one journal transaction, 20–35 ms here,
+/// and appends to other files that need the journal meanwhile (a new
+/// block, a size change) wait for it: a writer beside the deleting thread
+/// saw 68–122 ms stalls, 35–42 ms with 4 MiB steps
+/// (`bench/engine --only commit-stall`, policy-1s-background). Best
+/// effort: the unlink that follows frees whatever is left, and a crash
+/// half-way leaves a shorter segment that nothing names (DESIGN §7: only
+/// unreachable segments are deleted).
+fn shrink_in_steps(path: &Path) {
+    const STEP: u64 = 4 << 20;
+    let Ok(file) = OpenOptions::new().write(true).open(path) else {
+        return;
+    };
+    let mut len = file.metadata().map_or(0, |m| m.len());
+    while len > STEP {
+        len -= STEP;
+        if file.set_len(len).is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,28 +889,5 @@ mod read_only_tests {
             DirMedium::open(&path).err().map(|e| e.kind()),
             Some(io::ErrorKind::WouldBlock)
         );
-    }
-}
-
-/// Frees a file's blocks a few MiB at a time before it is unlinked. ext4
-/// frees a 64 MiB file's extents in one journal transaction, 20–35 ms here,
-/// and appends to other files that need the journal meanwhile (a new
-/// block, a size change) wait for it: a writer beside the deleting thread
-/// saw 68–122 ms stalls, 35–42 ms with 4 MiB steps
-/// (`bench/engine --only commit-stall`, policy-1s-background). Best
-/// effort: the unlink that follows frees whatever is left, and a crash
-/// half-way leaves a shorter segment that nothing names (DESIGN §7: only
-/// unreachable segments are deleted).
-fn shrink_in_steps(path: &Path) {
-    const STEP: u64 = 4 << 20;
-    let Ok(file) = OpenOptions::new().write(true).open(path) else {
-        return;
-    };
-    let mut len = file.metadata().map_or(0, |m| m.len());
-    while len > STEP {
-        len -= STEP;
-        if file.set_len(len).is_err() {
-            return;
-        }
     }
 }

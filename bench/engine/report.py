@@ -179,7 +179,7 @@ def spread(recs, key):
 
 
 def add_stall_rows(add, by):
-    """Issue 15's commit-stall target, and the automatic cleaner's pause beside the cleaner off."""
+    """Issue 15's commit-stall target, the changed-tree cap's commits, and the automatic cleaner's pause beside the cleaner off."""
     quiet = [r for r in by.get("commit_stall", []) if r["mode"] == "no-commits"]
     busy = [r for r in by.get("commit_stall", []) if r["mode"] == "commit-every-1s"]
     if quiet and busy:
@@ -200,6 +200,18 @@ def add_stall_rows(add, by):
             add(f"4 KiB writer, {label} every 1 s: longest write", f"{top:.1f} ms", None,
                 f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(recs, 'p99_ms')[0]:.3f} ms; "
                 f"throughput {ratio:.2f}x no commits")
+    capped = {mode: [r for r in by.get("cap_stall", []) if r["mode"] == mode]
+              for mode in ("cap-in-writer-path", "cap-background")}
+    if all(capped.values()):
+        base = spread(capped["cap-in-writer-path"], "files_per_s")[0]
+        for mode, label in (("cap-in-writer-path", "in the writer's path"),
+                            ("cap-background", "on the committer thread")):
+            recs = capped[mode]
+            top, lo, hi = spread(recs, "max_ms")
+            ratio = spread(recs, "files_per_s")[0] / base
+            add(f"file maker, the changed-tree cap's commits {label}: longest", f"{top:.1f} ms", None,
+                f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(recs, 'p99_ms')[0]:.3f} ms; "
+                f"{spread(recs, 'files_per_s')[0]:,.0f} files/s ({ratio:.2f}x)")
     for pattern in ("seq", "rand"):
         recs = [r for r in by.get("cleaner_stall", []) if r.get("pattern") == pattern]
         off = [r for r in recs if r["mode"] == "cleaner-off"]

@@ -1,4 +1,4 @@
-//! Stalls: a 4 KiB random writer while commits happen every second (another thread's, or the epoch policy's) against a vault slowed on purpose, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
+//! Stalls: a 4 KiB random writer while commits happen every second (another thread's, or the epoch policy's) against a vault slowed on purpose, a file maker whose only commits are the changed-tree cap's, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
 
 use crate::report::{mb_per_s, say, Rec, MIB};
 use crate::store::BoxResult;
@@ -208,6 +208,92 @@ pub fn commit_stall(
                 .num("max_ms", ms(run.pct(1.0)))
                 .int("commits", run.epochs)
                 .num("commit_median_ms", ms(commit_median))
+                .emit();
+        }
+    }
+    Ok(())
+}
+
+/// A writer that makes empty named files in one directory for `seconds`,
+/// on a manual epoch policy: its only commits are the ones the changed-tree
+/// cap forces (every few hundred thousand files at the default 64 MiB), in
+/// its own path or, with `background_commits`, on the committer thread.
+fn files_once(
+    dir: &Path,
+    seconds: f64,
+    vault_delay: Duration,
+    background_commits: bool,
+) -> BoxResult<Run> {
+    let store = slow_vault_store(
+        dir,
+        vault_delay,
+        Options {
+            policy: EpochPolicy::manual(),
+            background_commits,
+            ..Default::default()
+        },
+    )?;
+    let first_epoch = store.epoch();
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        let name = format!("file-{i:08}");
+        let t = Instant::now();
+        let oid = store.create_object(b"")?;
+        store.link(oubli_core::ROOT_DIR, name.as_bytes(), oid)?;
+        latencies.push(t.elapsed().as_secs_f64());
+        i += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let epochs = store.epoch() - first_epoch;
+    drop(store);
+    latencies.sort_by(f64::total_cmp);
+    Ok(Run {
+        latencies,
+        secs,
+        commits: Vec::new(),
+        epochs,
+    })
+}
+
+/// The changed-tree cap's commits: the file maker with them in its path
+/// (`cap-in-writer-path`) and on the committer thread (`cap-background`),
+/// `rounds` times alternately; reports p50/p99/max per file and the
+/// throughput ratio.
+pub fn cap_stall(work: &Path, seconds: f64, vault_delay_ms: u64, rounds: usize) -> BoxResult<()> {
+    let delay = Duration::from_millis(vault_delay_ms);
+    say(format!(
+        "cap stall: one thread makes empty named files in one directory for {seconds} s on a \
+         manual epoch policy, so that its only commits are the changed-tree cap's (64 MiB of \
+         changed nodes): in the writer's path (cap-in-writer-path) or on the committer thread \
+         (cap-background); the vault's rotation takes {vault_delay_ms} ms; {rounds} round(s), \
+         alternating"
+    ));
+    for round in 1..=rounds {
+        for (mode, background) in [("cap-in-writer-path", false), ("cap-background", true)] {
+            let dir = work.join(format!("cap-{mode}-{round}"));
+            let run = files_once(&dir, seconds, delay, background)?;
+            std::fs::remove_dir_all(&dir)?;
+            let ms = |s: f64| s * 1000.0;
+            say(format!(
+                "cap stall {mode} round {round}: {:.0} files/s, latency p50 {:.3} ms, p99 {:.3} ms, \
+                 max {:.1} ms; {} commits",
+                run.writes_per_s(),
+                ms(run.pct(0.5)),
+                ms(run.pct(0.99)),
+                ms(run.pct(1.0)),
+                run.epochs,
+            ));
+            Rec::new("cap_stall")
+                .str("mode", mode)
+                .int("round", round as u64)
+                .int("vault_delay_ms", vault_delay_ms)
+                .num("files_per_s", run.writes_per_s())
+                .num("p50_ms", ms(run.pct(0.5)))
+                .num("p99_ms", ms(run.pct(0.99)))
+                .num("max_ms", ms(run.pct(1.0)))
+                .int("commits", run.epochs)
                 .emit();
         }
     }

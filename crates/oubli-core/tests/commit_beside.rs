@@ -404,6 +404,33 @@ fn a_commit_requested_just_before_closing_is_made() {
     }
 }
 
+/// Empty files with names `f0`, `f1`, ... made on another thread until
+/// `count` are (no bytes written: the policy's byte trigger must not be
+/// what stops them); `made` counts them as they come.
+fn make_files(
+    store: &Arc<Store>,
+    count: u64,
+    made: &Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    let (s, made) = (store.clone(), made.clone());
+    std::thread::spawn(move || {
+        for i in 0..count {
+            let oid = s.create_object(&i.to_le_bytes()).unwrap();
+            s.link(ROOT_DIR, format!("f{i}").as_bytes(), oid).unwrap();
+            made.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+}
+
+/// Every 997th of the files `make_files` made is there, with its metadata.
+fn check_files(store: &Store, count: u64) {
+    for i in (0..count).step_by(997) {
+        let oid = store.lookup(ROOT_DIR, format!("f{i}").as_bytes()).unwrap();
+        let oid = oid.expect("a file made beside the commits");
+        assert_eq!(store.object(oid).unwrap().meta, i.to_le_bytes());
+    }
+}
+
 /// The changed-tree cap holds beside a commit in flight. With background
 /// commits a lone writer is no longer held back by its own commits, so the
 /// change that takes the next epoch's nodes over the cap waits for the
@@ -422,16 +449,7 @@ fn the_changed_tree_cap_holds_beside_a_background_commit() {
         ..background_options()
     });
     let made = Arc::new(AtomicU64::new(0));
-    let (s, count) = (store.clone(), made.clone());
-    // Empty files with names (no bytes written: the policy's byte trigger,
-    // which holds too, must not be what stops them).
-    let files = std::thread::spawn(move || {
-        for i in 0..FILES {
-            let oid = s.create_object(&i.to_le_bytes()).unwrap();
-            s.link(ROOT_DIR, format!("f{i}").as_bytes(), oid).unwrap();
-            count.store(i + 1, Ordering::Relaxed);
-        }
-    });
+    let files = make_files(&store, FILES, &made);
     // Until the writer stops making progress (held at the cap) or is done.
     loop {
         let before = made.load(Ordering::Relaxed);
@@ -450,12 +468,58 @@ fn the_changed_tree_cap_holds_beside_a_background_commit() {
     );
     assert!(held_at > 0, "the writer waited before it reached the cap");
     assert!(store.epoch() >= epoch + 2, "no commit for the cap");
-    let s = &store;
-    for i in (0..FILES).step_by(997) {
-        let oid = s.lookup(ROOT_DIR, format!("f{i}").as_bytes()).unwrap();
-        let oid = oid.expect("a file made beside the commits");
-        assert_eq!(s.object(oid).unwrap().meta, i.to_le_bytes());
+    check_files(&store, FILES);
+}
+
+/// With background commits the commit the changed-tree cap forces runs on
+/// the committer thread too: while it is in the vault (held here), the
+/// writer that reached the cap goes on making files (until the cap holds it
+/// beside that commit), instead of carrying the commit out in its path.
+#[test]
+fn the_changed_tree_caps_commit_runs_on_the_committer_thread() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const FILES: u64 = 40_000;
+    let medium = Arc::new(MemMedium::new());
+    let vault = Arc::new(SlowVault::new(MemoryVault::empty(), Duration::ZERO));
+    let capped = Options {
+        dirty_tree_bytes: 1 << 20,
+        background_commits: true,
+        ..options()
+    };
+    let store = Arc::new(create_with(medium.clone(), vault.clone(), capped));
+    let epoch = store.epoch();
+    vault.hold();
+    let made = Arc::new(AtomicU64::new(0));
+    let files = make_files(&store, FILES, &made);
+    let v = vault.clone();
+    if within(Duration::from_secs(20), move || v.wait_until_entered()).is_none() {
+        vault.release();
+        panic!("no commit for the cap while {made:?} files were made");
     }
+    // The cap's commit is in the vault: the writer must get past the files
+    // it had made then (waiting up to 20 s for a slow machine).
+    let entered_at = made.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while made.load(Ordering::Relaxed) < entered_at + 100 && !files.is_finished() {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let went_on = made.load(Ordering::Relaxed) - entered_at;
+    vault.release();
+    files.join().unwrap();
+    assert!(
+        went_on >= 100,
+        "the writer made {went_on} files while the cap's commit was in the vault: it ran that commit"
+    );
+    assert!(store.epoch() > epoch, "no commit for the cap");
+    check_files(&store, FILES);
+    // Everything made is durable past a power cut.
+    store.flush().unwrap();
+    cut_power(store);
+    let store = Store::open(medium, vault, options()).unwrap();
+    check_files(&store, FILES);
 }
 
 /// The epoch policy's count triggers hold with background commits too: a

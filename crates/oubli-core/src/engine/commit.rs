@@ -80,18 +80,29 @@ impl Store {
                 e = self.lock();
                 continue;
             }
-            let may_clean = e.cleaner_may_start();
-            if due == Due::Policy && settler == Settler::Change && e.background_commits {
-                e.commit_requested = true;
+            if settler == Settler::Change && e.background_commits {
+                if e.commit_requested.is_some() {
+                    // The memory cap reached again (by a quarter) before the
+                    // committer took the request: wait until it captures
+                    // the tree, which leaves no changed node behind.
+                    e = Core::unpoisoned(self.core.commit_landed.wait(e));
+                    continue;
+                }
+                // The policy's commit, or the memory cap's with none in
+                // flight: both go to the committer thread, and the change
+                // returns (the next bound waits for that commit to land).
+                let epoch = e.epoch;
+                e.commit_requested = Some(CommitRequest { due, epoch });
                 drop(e);
                 if self.wake_committer() {
                     return true;
                 }
                 // No thread to run it: the change does, as without the option.
-                self.lock_beside_commit().commit_requested = false;
-            } else {
-                drop(e);
+                e = self.lock_beside_commit();
+                e.commit_requested = None;
             }
+            let may_clean = e.cleaner_may_start();
+            drop(e);
             return self.core.policy_commit(may_clean);
         }
         // Beside a commit in flight too: the segments a slice dooms wait
@@ -186,19 +197,24 @@ impl Core {
     fn run_committer(&self) {
         let mut e = self.lock_beside_commit();
         loop {
-            while !e.commit_requested && !e.closing {
+            while e.commit_requested.is_none() && !e.closing {
                 e = Self::unpoisoned(self.commit_wanted.wait(e));
             }
-            if !e.commit_requested {
+            let Some(request) = e.commit_requested.take() else {
                 return;
-            }
-            e.commit_requested = false;
+            };
+            // A writer held at the memory cap may wait for the request to
+            // be taken.
+            self.commit_landed.notify_all();
             while e.committing {
                 e = Self::unpoisoned(self.commit_landed.wait(e));
             }
             // A commit made since the request (`Store::commit`, the timer)
-            // may have ended the epoch already.
-            if e.commit_due(Settler::Change).is_none() {
+            // may have ended the epoch already. The memory cap's request
+            // stands until then: its measure is taken once per quarter of
+            // growth, so asking again could say no.
+            let cap_stands = request.due == Due::Bound && e.epoch == request.epoch;
+            if !cap_stands && e.commit_due(Settler::Change).is_none() {
                 continue;
             }
             let may_clean = e.cleaner_may_start();
@@ -207,6 +223,16 @@ impl Core {
             e = self.lock_beside_commit();
         }
     }
+}
+
+/// A commit a change asked the committer thread for.
+#[derive(Clone, Copy)]
+pub(super) struct CommitRequest {
+    /// Why it was due.
+    due: Due,
+    /// The epoch it was asked in: a commit that ended that epoch since
+    /// answered it.
+    epoch: u64,
 }
 
 /// Who settles the store: a change, in its caller's path, or the timer.
@@ -223,7 +249,8 @@ pub(super) enum Due {
     /// since the last commit reached their memory cap, or the changes made
     /// beside a commit in flight reached the epoch policy's count triggers
     /// again (a writer outrunning the commits). The change that got there
-    /// waits for the commit in flight, then commits (or asks for one).
+    /// waits for the commit in flight, if any, then commits (or, with
+    /// background commits, asks the committer thread for one).
     Bound,
     /// The epoch policy, or (on the timer) a cleaner run's space.
     Policy,
@@ -524,7 +551,7 @@ impl Engine {
         if self.dirty_tree_over_cap() || self.policy_outrun() {
             return Some(Due::Bound);
         }
-        if self.committing || self.commit_requested {
+        if self.committing || self.commit_requested.is_some() {
             return None;
         }
         if self.vault_leftover.is_some() {

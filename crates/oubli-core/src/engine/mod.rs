@@ -121,11 +121,11 @@ pub struct Options {
     /// syncs and vault rotation (DESIGN §10). Off, the changing caller runs
     /// the commit (a library caller then knows a change that crossed the
     /// policy has committed when it returns); the long-running front-ends
-    /// (mount, serve) turn it on. Commits forced by the dirty-tree cap stay
-    /// in the path of the change that crossed it, and a change that reaches
-    /// the policy's bytes or deletions trigger again while the commit it
-    /// asked for is still in flight waits for that one to land, so that
-    /// both bounds hold.
+    /// (mount, serve) turn it on. The commits the dirty-tree cap forces go
+    /// to that thread too when none is in flight. A change that reaches the
+    /// cap, or the policy's bytes or deletions trigger, again while the
+    /// commit asked for is still in flight waits for that one to land, so
+    /// that both bounds hold.
     pub background_commits: bool,
 }
 
@@ -233,7 +233,9 @@ pub struct Store {
 /// The engine and the signals around it: what the committer thread needs.
 struct Core {
     engine: Mutex<Engine>,
-    /// Signalled when a commit that released the lock for its I/O lands.
+    /// Signalled when a commit that released the lock for its I/O lands,
+    /// and when the committer thread takes a request (a writer held at the
+    /// memory cap waits for that: the commit then captures what it changed).
     commit_landed: Condvar,
     /// Signalled when a change asks the committer thread for a commit, and
     /// when the store closes.
@@ -386,7 +388,7 @@ struct Engine {
     /// [`Options::background_commits`].
     background_commits: bool,
     /// A change asked the committer thread for a commit it has not begun.
-    commit_requested: bool,
+    commit_requested: Option<commit::CommitRequest>,
     /// The store is being dropped: the committer thread stops.
     closing: bool,
 }

@@ -293,7 +293,7 @@ impl Engine {
             committing: false,
             in_flight_covers: None,
             background_commits: false,
-            commit_requested: false,
+            commit_requested: None,
             closing: false,
         }
     }

@@ -22,12 +22,47 @@ struct Run {
 }
 
 impl Run {
+    /// A run's figures: `latencies` in any order.
+    fn new(mut latencies: Vec<f64>, secs: f64, commits: Vec<f64>, epochs: u64) -> Run {
+        latencies.sort_by(f64::total_cmp);
+        Run {
+            latencies,
+            secs,
+            commits,
+            epochs,
+        }
+    }
+
     fn pct(&self, p: f64) -> f64 {
         let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
         self.latencies[i.min(self.latencies.len() - 1)]
     }
     fn writes_per_s(&self) -> f64 {
         self.latencies.len() as f64 / self.secs
+    }
+
+    /// `latency p50 …, p99 …, max …`, in milliseconds.
+    fn latency_line(&self) -> String {
+        format!(
+            "latency p50 {:.3} ms, p99 {:.3} ms, max {:.1} ms",
+            1000.0 * self.pct(0.5),
+            1000.0 * self.pct(0.99),
+            1000.0 * self.pct(1.0)
+        )
+    }
+
+    /// The record of a stall run: its mode and round, the vault's delay,
+    /// operations per second (named `rate`), latencies and commits.
+    fn rec(&self, bench: &str, mode: &str, round: usize, vault_delay_ms: u64, rate: &str) -> Rec {
+        Rec::new(bench)
+            .str("mode", mode)
+            .int("round", round as u64)
+            .int("vault_delay_ms", vault_delay_ms)
+            .num(rate, self.writes_per_s())
+            .num("p50_ms", 1000.0 * self.pct(0.5))
+            .num("p99_ms", 1000.0 * self.pct(0.99))
+            .num("max_ms", 1000.0 * self.pct(1.0))
+            .int("commits", self.epochs)
     }
 }
 
@@ -139,13 +174,7 @@ fn run_once(
     };
     let epochs = store.epoch() - first_epoch;
     drop(store);
-    latencies.sort_by(f64::total_cmp);
-    Ok(Run {
-        latencies,
-        secs,
-        commits,
-        epochs,
-    })
+    Ok(Run::new(latencies, secs, commits, epochs))
 }
 
 /// Runs the writer with no commits, with another thread's commit every
@@ -189,24 +218,13 @@ pub fn commit_stall(
                 format!(" (median {:.1} ms)", ms(commit_median))
             };
             say(format!(
-                "commit stall {mode} round {round}: {:.0} writes/s ({:.1} MB/s), latency p50 {:.3} ms, \
-                 p99 {:.3} ms, max {:.1} ms; {} commits{took}",
+                "commit stall {mode} round {round}: {:.0} writes/s ({:.1} MB/s), {}; {} commits{took}",
                 run.writes_per_s(),
                 mb_per_s(run.latencies.len() as u64 * 4096, run.secs),
-                ms(run.pct(0.5)),
-                ms(run.pct(0.99)),
-                ms(run.pct(1.0)),
+                run.latency_line(),
                 run.epochs,
             ));
-            Rec::new("commit_stall")
-                .str("mode", mode)
-                .int("round", round as u64)
-                .int("vault_delay_ms", vault_delay_ms)
-                .num("writes_per_s", run.writes_per_s())
-                .num("p50_ms", ms(run.pct(0.5)))
-                .num("p99_ms", ms(run.pct(0.99)))
-                .num("max_ms", ms(run.pct(1.0)))
-                .int("commits", run.epochs)
+            run.rec("commit_stall", mode, round, vault_delay_ms, "writes_per_s")
                 .num("commit_median_ms", ms(commit_median))
                 .emit();
         }
@@ -248,13 +266,7 @@ fn files_once(
     let secs = start.elapsed().as_secs_f64();
     let epochs = store.epoch() - first_epoch;
     drop(store);
-    latencies.sort_by(f64::total_cmp);
-    Ok(Run {
-        latencies,
-        secs,
-        commits: Vec::new(),
-        epochs,
-    })
+    Ok(Run::new(latencies, secs, Vec::new(), epochs))
 }
 
 /// The changed-tree cap's commits: the file maker with them in its path
@@ -275,25 +287,13 @@ pub fn cap_stall(work: &Path, seconds: f64, vault_delay_ms: u64, rounds: usize) 
             let dir = work.join(format!("cap-{mode}-{round}"));
             let run = files_once(&dir, seconds, delay, background)?;
             std::fs::remove_dir_all(&dir)?;
-            let ms = |s: f64| s * 1000.0;
             say(format!(
-                "cap stall {mode} round {round}: {:.0} files/s, latency p50 {:.3} ms, p99 {:.3} ms, \
-                 max {:.1} ms; {} commits",
+                "cap stall {mode} round {round}: {:.0} files/s, {}; {} commits",
                 run.writes_per_s(),
-                ms(run.pct(0.5)),
-                ms(run.pct(0.99)),
-                ms(run.pct(1.0)),
+                run.latency_line(),
                 run.epochs,
             ));
-            Rec::new("cap_stall")
-                .str("mode", mode)
-                .int("round", round as u64)
-                .int("vault_delay_ms", vault_delay_ms)
-                .num("files_per_s", run.writes_per_s())
-                .num("p50_ms", ms(run.pct(0.5)))
-                .num("p99_ms", ms(run.pct(0.99)))
-                .num("max_ms", ms(run.pct(1.0)))
-                .int("commits", run.epochs)
+            run.rec("cap_stall", mode, round, vault_delay_ms, "files_per_s")
                 .emit();
         }
     }
@@ -363,14 +363,7 @@ fn stream_once(
     store.commit()?;
     let medium_bytes = store.status()?.medium_bytes;
     drop(store);
-    latencies.sort_by(f64::total_cmp);
-    let run = Run {
-        latencies,
-        secs,
-        commits: Vec::new(),
-        epochs: 0,
-    };
-    Ok((run, medium_bytes))
+    Ok((Run::new(latencies, secs, Vec::new(), 0), medium_bytes))
 }
 
 /// The automatic cleaner's pause: a streaming writer with the default

@@ -169,15 +169,19 @@ pub enum Node {
     Inner(u8, Vec<(Key, Child)>),
 }
 
-/// A leaf's entries in key order, with their serialized size kept up to
-/// date as they change: the split check after an insert then costs nothing,
-/// where summing a few hundred entries after every cell written was the
-/// largest single cost of a write under the engine lock.
+/// A leaf's entries in key order, with their serialized size and heap
+/// memory kept up to date as they change: the split check after an insert
+/// then costs nothing, where summing a few hundred entries after every cell
+/// written was the largest single cost of a write under the engine lock;
+/// and measuring the changed nodes' memory (`Tree::dirty_mem_bytes`) costs
+/// one step per node, not per entry.
 #[derive(Clone, Debug)]
 pub struct Leaf {
     entries: Vec<(Key, Value)>,
     /// `4 + Σ entry_size`: what [`Node::approx_size`] reports for the leaf.
     size: usize,
+    /// `Σ Value::heap_bytes`: the entries' own allocations.
+    heap: usize,
 }
 
 /// An entry's share of its leaf's serialized size.
@@ -188,7 +192,12 @@ fn entry_size(v: &Value) -> usize {
 impl Leaf {
     pub fn new(entries: Vec<(Key, Value)>) -> Leaf {
         let size = 4 + entries.iter().map(|(_, v)| entry_size(v)).sum::<usize>();
-        Leaf { entries, size }
+        let heap = entries.iter().map(|(_, v)| v.heap_bytes()).sum();
+        Leaf {
+            entries,
+            size,
+            heap,
+        }
     }
     pub fn into_entries(self) -> Vec<(Key, Value)> {
         self.entries
@@ -198,24 +207,30 @@ impl Leaf {
     }
     fn insert(&mut self, i: usize, key: Key, value: Value) {
         self.size += entry_size(&value);
+        self.heap += value.heap_bytes();
         self.entries.insert(i, (key, value));
     }
     fn replace(&mut self, i: usize, value: Value) -> Value {
-        self.size = self.size + entry_size(&value) - entry_size(&self.entries[i].1);
+        let old = &self.entries[i].1;
+        self.size = self.size + entry_size(&value) - entry_size(old);
+        self.heap = self.heap + value.heap_bytes() - old.heap_bytes();
         std::mem::replace(&mut self.entries[i].1, value)
     }
     fn remove(&mut self, i: usize) -> Value {
         let (_, v) = self.entries.remove(i);
         self.size -= entry_size(&v);
+        self.heap -= v.heap_bytes();
         v
     }
     fn split_off(&mut self, at: usize) -> Leaf {
         let right = Leaf::new(self.entries.split_off(at));
         self.size -= right.size - 4;
+        self.heap -= right.heap;
         right
     }
     fn append(&mut self, other: Leaf) {
         self.size += other.size - 4;
+        self.heap += other.heap;
         self.entries.extend(other.entries);
     }
 }
@@ -277,10 +292,7 @@ impl Node {
         ALLOC_OVERHEAD
             + size_of::<Node>()
             + match self {
-                Node::Leaf(entries) => {
-                    entries.capacity() * size_of::<(Key, Value)>()
-                        + entries.iter().map(|(_, v)| v.heap_bytes()).sum::<usize>()
-                }
+                Node::Leaf(leaf) => leaf.capacity() * size_of::<(Key, Value)>() + leaf.heap,
                 Node::Inner(_, children) => children.capacity() * size_of::<(Key, Child)>(),
             }
     }
@@ -1207,7 +1219,8 @@ mod tests {
         }
     }
 
-    /// Checks every leaf's kept size against its entries summed anew.
+    /// Checks every leaf's kept size and heap memory against its entries
+    /// summed anew.
     fn check_sizes(child: &Child) -> usize {
         let Child::Mem(node) = child else {
             unreachable!("in memory")
@@ -1219,6 +1232,8 @@ mod tests {
                     Leaf::new(leaf.to_vec()).size,
                     "a leaf's kept size"
                 );
+                let heap: usize = leaf.iter().map(|(_, v)| v.heap_bytes()).sum();
+                assert_eq!(leaf.heap, heap, "a leaf's kept heap memory");
                 1
             }
             Node::Inner(_, children) => children.iter().map(|(_, c)| check_sizes(c)).sum(),
@@ -1226,7 +1241,7 @@ mod tests {
     }
 
     #[test]
-    fn a_leaf_keeps_its_size_through_inserts_replacements_removals_splits_and_merges() {
+    fn a_leaf_keeps_its_size_and_memory_through_inserts_replacements_removals_splits_and_merges() {
         // Values of many sizes (holes, metadata), inserted, replaced by
         // larger and smaller ones and removed in a scrambled order, so that
         // leaves split and merge along the way.

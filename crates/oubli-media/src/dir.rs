@@ -26,7 +26,7 @@ use oubli_core::{Medium, SegmentId, Slot};
 
 use crate::util::{
     check_append_bounds, check_superblock_len, eof, invalid_data, invalid_input, lock_exclusive,
-    lock_shared, not_found, start_writeback,
+    lock_shared, not_found, start_writeback, writeback_due,
 };
 
 /// Name of the marker file that says "this directory is an oubli store".
@@ -84,19 +84,9 @@ struct Writer {
     file: Arc<File>,
     /// The segment's length as we wrote it; `append` checks against it.
     len: u64,
-    /// Where the kernel was last asked to start writing out (see [`WRITEBACK_HINT`]).
+    /// Where the kernel was last asked to start writing out (see [`WRITEBACK_HINT`](crate::util::WRITEBACK_HINT)).
     hinted_to: u64,
 }
-
-/// Every this many appended bytes, a segment's new bytes are handed to the
-/// kernel's writeback at once, without waiting (`sync_file_range`). A
-/// log-structured store writes every byte it is given, overwrites included,
-/// and `sync` must then wait for all that the page cache holds: handed over
-/// as it comes, most of it is already on disk when the client flushes, and
-/// the disk works while the client writes instead of after. Measured with
-/// ext4 on an NBD export (docs/NBD.md, Performance): 1–2 MiB did best;
-/// 32 MiB gained little over none.
-const WRITEBACK_HINT: u64 = 2 << 20;
 
 #[derive(Debug)]
 struct DirState {
@@ -433,10 +423,7 @@ impl Medium for DirMedium {
         let mut hint = None;
         if let Some(w) = st.writers.get(id) {
             w.len = offset + data.len() as u64;
-            if w.len - w.hinted_to >= WRITEBACK_HINT {
-                hint = Some((w.hinted_to, w.len - w.hinted_to));
-                w.hinted_to = w.len;
-            }
+            hint = writeback_due(&mut w.hinted_to, w.len);
         }
         // The hint may wait for the device's queue: not under the lock
         // that every append and every reader's handle lookup takes.

@@ -38,7 +38,7 @@ use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
 
 use crate::util::{
     check_append_bounds, check_superblock_len, eof, fnv1a64, invalid_data, invalid_input,
-    lock_exclusive, not_found, storage_full,
+    lock_exclusive, not_found, start_writeback, storage_full, writeback_due,
 };
 
 /// Default segment slot size: 64 MiB.
@@ -184,6 +184,9 @@ struct SlotInfo {
     slot: u64,
     /// Exact length when written since open; `None` when unknown.
     len: Option<u64>,
+    /// Where the kernel was last asked to start writing the segment out
+    /// (see [`WRITEBACK_HINT`](crate::util::WRITEBACK_HINT)).
+    hinted_to: u64,
 }
 
 #[derive(Debug)]
@@ -380,7 +383,14 @@ impl FileMedium {
             };
             match id {
                 Some(id) => {
-                    if let Some(prev) = map.insert(id, SlotInfo { slot, len: None }) {
+                    if let Some(prev) = map.insert(
+                        id,
+                        SlotInfo {
+                            slot,
+                            len: None,
+                            hinted_to: 0,
+                        },
+                    ) {
                         return Err(invalid_data(format!(
                             "{what}: segment {id:08x} claimed by slots {} and {slot}",
                             prev.slot
@@ -544,18 +554,34 @@ impl Medium for FileMedium {
             }
             None => {
                 let slot = self.allocate(&mut st, id)?;
-                st.map.insert(id, SlotInfo { slot, len: Some(0) });
+                st.map.insert(
+                    id,
+                    SlotInfo {
+                        slot,
+                        len: Some(0),
+                        hinted_to: 0,
+                    },
+                );
                 slot
             }
         };
         let r = self.write_at(&mut st, data, self.data_start(slot) + offset);
         let info = st.map.get_mut(&id).expect("segment is mapped");
+        let end = offset + data.len() as u64;
         info.len = match r {
-            Ok(()) => Some(offset + data.len() as u64),
+            Ok(()) => Some(end),
             // Some prefix may have landed: the length is now unknown.
             Err(_) => None,
         };
-        r
+        r?;
+        let hint = writeback_due(&mut info.hinted_to, end);
+        // As in `DirMedium`: the hint may wait for the device's queue, so
+        // not under the lock that every append and read takes.
+        drop(st);
+        if let Some((from, len)) = hint {
+            start_writeback(&self.file, self.data_start(slot) + from, len);
+        }
+        Ok(())
     }
 
     /// May return stale bytes past the true end of a segment written before

@@ -179,7 +179,7 @@ def spread(recs, key):
 
 
 def add_stall_rows(add, by):
-    """Issue 15's commit-stall target, the changed-tree cap's commits, and the automatic cleaner's pause beside the cleaner off."""
+    """Issue 15's commit-stall target, flushes beside a writer, the changed-tree cap's commits, and the automatic cleaner's pause beside the cleaner off."""
     quiet = [r for r in by.get("commit_stall", []) if r["mode"] == "no-commits"]
     busy = [r for r in by.get("commit_stall", []) if r["mode"] == "commit-every-1s"]
     if quiet and busy:
@@ -200,6 +200,17 @@ def add_stall_rows(add, by):
             add(f"4 KiB writer, {label} every 1 s: longest write", f"{top:.1f} ms", None,
                 f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(recs, 'p99_ms')[0]:.3f} ms; "
                 f"throughput {ratio:.2f}x no commits")
+    calm = [r for r in by.get("flush_stall", []) if r["mode"] == "no-flushes"]
+    flushed = [r for r in by.get("flush_stall", []) if r["mode"] == "fsync-loop"]
+    if calm and flushed:
+        for label, recs in (("alone", calm), ("beside a write+flush loop", flushed)):
+            top, lo, hi = spread(recs, "max_ms")
+            ratio = spread(recs, "writes_per_s")[0] / spread(calm, "writes_per_s")[0]
+            detail = f"rounds {lo:.1f}-{hi:.1f}; p99 {spread(recs, 'p99_ms')[0]:.3f} ms; throughput {ratio:.2f}x"
+            if recs is flushed:
+                detail += (f"; the loop: {spread(recs, 'transactions_per_s')[0]:,.0f} transactions/s, "
+                           f"median {spread(recs, 'transaction_median_ms')[0]:.2f} ms")
+            add(f"4 KiB writer, {label}: longest write", f"{top:.1f} ms", None, detail)
     capped = {mode: [r for r in by.get("cap_stall", []) if r["mode"] == mode]
               for mode in ("cap-in-writer-path", "cap-background")}
     if all(capped.values()):

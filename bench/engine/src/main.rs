@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use store::BoxResult;
 
-const GROUPS: [&str; 10] = [
+const GROUPS: [&str; 11] = [
     "aead",
     "plain",
     "seq",
@@ -24,6 +24,7 @@ const GROUPS: [&str; 10] = [
     "commit-units",
     "commit-size",
     "commit-stall",
+    "flush-stall",
     "cap-stall",
     "cleaner-stall",
     "scale",
@@ -46,14 +47,14 @@ Sizes accept K, M, G suffixes (binary: 1M = 1 MiB).
   --commit-runs N      timed commits per k (median reported)           [7]
   --size-runs N        timed commits per store size (median reported)  [11]
   --aead-size SIZE     volume per in-process AEAD measurement          [512M]
-  --stall-secs S       seconds of each commit-stall and cap-stall run  [10]
-  --stall-rounds N     commit-stall rounds (each: no commits, a commit every 1 s, the policy's every 1 s, in the background), and cap-stall rounds [3]
+  --stall-secs S       seconds of each commit-stall, flush-stall and cap-stall run [10]
+  --stall-rounds N     commit-stall rounds (each: no commits, a commit every 1 s, the policy's every 1 s, in the background), and flush-stall and cap-stall rounds [3]
   --vault-delay MS     the commit-stall, cap-stall and cleaner-stall vault's rotation time [50]
   --clean-span SIZE    object the cleaner-stall writer goes round      [1G]
   --clean-total SIZE   bytes the cleaner-stall writer writes per run   [6G]
   --clean-rounds N     cleaner-stall rounds (each: cleaner off, default, default with background commits) [2]
   --scale LIST         file counts of the scale stores                  [10000,100000,1000000]
-  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,cap-stall,cleaner-stall,scale
+  --only LIST          comma-separated subset of: aead,plain,seq,rand,commit-units,commit-size,commit-stall,flush-stall,cap-stall,cleaner-stall,scale
   --seed N             seed of the random offsets                      [42]
   --keep               keep the stores and files (default: removed after each benchmark)
 ";
@@ -387,6 +388,9 @@ fn run(c: &Config) -> BoxResult<()> {
             c.vault_delay_ms,
             c.stall_rounds,
         )?;
+    }
+    if on("flush-stall") {
+        stall::flush_stall(&work, c.stall_secs, 64 << 20, c.stall_rounds)?;
     }
     if on("cap-stall") {
         stall::cap_stall(&work, c.stall_secs, c.vault_delay_ms, c.stall_rounds)?;

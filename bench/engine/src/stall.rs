@@ -1,4 +1,4 @@
-//! Stalls: a 4 KiB random writer while commits happen every second (another thread's, or the epoch policy's) against a vault slowed on purpose, a file maker whose only commits are the changed-tree cap's, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
+//! Stalls: a 4 KiB random writer while commits happen every second (another thread's, or the epoch policy's) against a vault slowed on purpose, or while another thread writes and flushes back to back (a database committing transactions), a file maker whose only commits are the changed-tree cap's, and a streaming writer with the automatic cleaner on, each beside the same writer without them.
 
 use crate::report::{mb_per_s, say, Rec, MIB};
 use crate::store::BoxResult;
@@ -84,12 +84,16 @@ fn slow_vault_store(dir: &Path, vault_delay: Duration, options: Options) -> BoxR
     Ok(store)
 }
 
-/// Who commits beside the commit-stall writer.
+/// What runs beside the stall writer.
 #[derive(Clone, Copy)]
-enum Commits {
+enum Beside {
     None,
     /// Another thread, calling `Store::commit` at this period.
-    Thread(Duration),
+    Commits(Duration),
+    /// Another thread writing 4 KiB to an object of its own and flushing,
+    /// back to back: a database committing transactions (an `fsync`
+    /// through the mount, an NBD FLUSH, each time).
+    FsyncLoop,
     /// The epoch policy, on an interval of one second: in the path of the
     /// writer whose change makes it due, or on the committer thread.
     Policy {
@@ -98,17 +102,17 @@ enum Commits {
 }
 
 /// One writer thread writing 4 KiB blocks at random aligned offsets of a
-/// `span`-byte object for `seconds`, with `commits`. The vault's rotation
+/// `span`-byte object for `seconds`, with `beside`. The vault's rotation
 /// takes `vault_delay`.
 fn run_once(
     dir: &Path,
     seconds: f64,
     span: u64,
     vault_delay: Duration,
-    commits: Commits,
+    beside: Beside,
 ) -> BoxResult<Run> {
-    let (policy, background_commits) = match commits {
-        Commits::Policy { background } => (
+    let (policy, background_commits) = match beside {
+        Beside::Policy { background } => (
             EpochPolicy {
                 interval: Some(Duration::from_secs(1)),
                 ..EpochPolicy::manual()
@@ -131,11 +135,17 @@ fn run_once(
     store.commit()?;
     let first_epoch = store.epoch();
     let stop = Arc::new(AtomicBool::new(false));
-    let commit_every = match commits {
-        Commits::Thread(period) => Some(period),
+    let periodic = match beside {
+        Beside::Commits(period) => Some((period, false)),
+        Beside::FsyncLoop => Some((Duration::ZERO, true)),
         _ => None,
     };
-    let committer = commit_every.map(|period| {
+    // The fsync loop's own object (its transactions).
+    let own = match beside {
+        Beside::FsyncLoop => Some(store.create_object(b"")?),
+        _ => None,
+    };
+    let committer = periodic.map(|(period, _)| {
         let (store, stop) = (store.clone(), stop.clone());
         std::thread::spawn(move || -> Result<Vec<f64>, oubli_core::Error> {
             let mut took = Vec::new();
@@ -148,7 +158,14 @@ fn run_once(
                 }
                 next += period;
                 let t = Instant::now();
-                store.commit()?;
+                match own {
+                    Some(oid) => {
+                        let at = (took.len() as u64 % 256) * 4096;
+                        store.write(oid, at, &[took.len() as u8; 4096])?;
+                        store.flush()?;
+                    }
+                    None => store.commit()?,
+                }
                 took.push(t.elapsed().as_secs_f64());
             }
             Ok(took)
@@ -198,14 +215,14 @@ pub fn commit_stall(
         span >> 20
     ));
     for round in 1..=rounds {
-        for (mode, commits) in [
-            ("no-commits", Commits::None),
-            ("commit-every-1s", Commits::Thread(Duration::from_secs(1))),
-            ("policy-1s", Commits::Policy { background: false }),
-            ("policy-1s-background", Commits::Policy { background: true }),
+        for (mode, beside) in [
+            ("no-commits", Beside::None),
+            ("commit-every-1s", Beside::Commits(Duration::from_secs(1))),
+            ("policy-1s", Beside::Policy { background: false }),
+            ("policy-1s-background", Beside::Policy { background: true }),
         ] {
             let dir = work.join(format!("stall-{mode}-{round}"));
-            let run = run_once(&dir, seconds, span, delay, commits)?;
+            let run = run_once(&dir, seconds, span, delay, beside)?;
             std::fs::remove_dir_all(&dir)?;
             let ms = |s: f64| s * 1000.0;
             let mut commits = run.commits.clone();
@@ -226,6 +243,50 @@ pub fn commit_stall(
             ));
             run.rec("commit_stall", mode, round, vault_delay_ms, "writes_per_s")
                 .num("commit_median_ms", ms(commit_median))
+                .emit();
+        }
+    }
+    Ok(())
+}
+
+/// The writer of [`commit_stall`] beside another thread that writes 4 KiB
+/// and flushes, back to back (`fsync-loop`), against the same writer alone
+/// (`no-flushes`), `rounds` times alternately; reports p50/p99/max write
+/// latency, the throughput ratio, and the loop's transactions per second
+/// and median time. A flush that held the engine lock through its syncs
+/// stalled the writer for most of the run.
+pub fn flush_stall(work: &Path, seconds: f64, span: u64, rounds: usize) -> BoxResult<()> {
+    say(format!(
+        "flush stall: one thread writes 4 KiB at random offsets of a {} MiB object for \
+         {seconds} s; another writes 4 KiB to an object of its own and flushes, back to \
+         back (fsync-loop: a database committing transactions, each flush syncing the \
+         data, the intent log and its tally), or nothing runs beside it (no-flushes); no \
+         commits; {rounds} round(s), alternating",
+        span >> 20
+    ));
+    for round in 1..=rounds {
+        for (mode, beside) in [
+            ("no-flushes", Beside::None),
+            ("fsync-loop", Beside::FsyncLoop),
+        ] {
+            let dir = work.join(format!("flush-{mode}-{round}"));
+            let run = run_once(&dir, seconds, span, Duration::ZERO, beside)?;
+            std::fs::remove_dir_all(&dir)?;
+            let mut flushes = run.commits.clone();
+            flushes.sort_by(f64::total_cmp);
+            let median = flushes.get(flushes.len() / 2).copied().unwrap_or(0.0);
+            let per_s = flushes.len() as f64 / run.secs;
+            say(format!(
+                "flush stall {mode} round {round}: {:.0} writes/s ({:.1} MB/s), {}; {per_s:.0} \
+                 transactions/s beside it (median {:.2} ms)",
+                run.writes_per_s(),
+                mb_per_s(run.latencies.len() as u64 * 4096, run.secs),
+                run.latency_line(),
+                median * 1000.0,
+            ));
+            run.rec("flush_stall", mode, round, 0, "writes_per_s")
+                .num("transactions_per_s", per_s)
+                .num("transaction_median_ms", median * 1000.0)
                 .emit();
         }
     }

@@ -1,4 +1,4 @@
-//! A commit releases the engine lock across its syncs and vault rotation: reads and writes go on meanwhile, a flush waits for it, and nothing accepted meanwhile is lost.
+//! A commit releases the engine lock across its syncs and vault rotation, a flush across its syncs: reads and writes go on meanwhile, a flush waits for a commit or flush in flight, and nothing accepted meanwhile is lost.
 
 use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault, ROOT_DIR};
 use oubli_media::MemMedium;
@@ -565,20 +565,39 @@ fn a_writer_outrunning_background_commits_waits_for_the_one_in_flight() {
     assert_eq!(store.read(oid, 96 << 10, 4).unwrap(), [3u8; 4]);
 }
 
-/// A medium whose reads can be held at a gate (the way `SlowVault` holds a
-/// rotation): what reads the medium then waits until the test lets it go.
-struct ReadGate {
-    inner: MemMedium,
-    gate: std::sync::Mutex<(bool, usize)>,
-    changed: std::sync::Condvar,
+/// What a [`MediumGate`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gated {
+    Reads,
+    Syncs,
 }
 
-impl ReadGate {
-    fn new(inner: MemMedium) -> ReadGate {
-        ReadGate {
+/// A medium whose reads or syncs can be held at a gate (the way `SlowVault`
+/// holds a rotation): what reads or syncs the medium then waits until the
+/// test lets it go. It also notes two syncs running at once, which a
+/// medium like `DirMedium` (it takes its dirty set, then fsyncs) does not
+/// survive: the second may return before the first's data is down.
+struct MediumGate {
+    inner: MemMedium,
+    gated: Gated,
+    /// Held, and how many calls wait at the gate.
+    gate: std::sync::Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+    /// Syncs running now, and the most that ever ran at once.
+    syncing: std::sync::Mutex<(usize, usize)>,
+    /// Sleep inside each sync, to widen the window two syncs could share.
+    sync_delay: Duration,
+}
+
+impl MediumGate {
+    fn new(inner: MemMedium, gated: Gated) -> MediumGate {
+        MediumGate {
             inner,
+            gated,
             gate: std::sync::Mutex::new((false, 0)),
             changed: std::sync::Condvar::new(),
+            syncing: std::sync::Mutex::new((0, 0)),
+            sync_delay: Duration::ZERO,
         }
     }
     fn hold(&self) {
@@ -588,16 +607,38 @@ impl ReadGate {
         self.gate.lock().unwrap().0 = false;
         self.changed.notify_all();
     }
-    /// Waits until a read is held at the gate.
+    /// Waits until a call is held at the gate.
     fn wait_until_entered(&self) {
         let mut g = self.gate.lock().unwrap();
         while g.1 == 0 {
             g = self.changed.wait(g).unwrap();
         }
     }
+    /// How many calls wait at the gate now.
+    fn waiting(&self) -> usize {
+        self.gate.lock().unwrap().1
+    }
+    /// The most syncs that ever ran at once.
+    fn most_syncs_at_once(&self) -> usize {
+        self.syncing.lock().unwrap().1
+    }
+    fn pass(&self, what: Gated) {
+        if what != self.gated {
+            return;
+        }
+        let mut g = self.gate.lock().unwrap();
+        if g.0 {
+            g.1 += 1;
+            self.changed.notify_all();
+            while g.0 {
+                g = self.changed.wait(g).unwrap();
+            }
+            g.1 -= 1;
+        }
+    }
 }
 
-impl Medium for ReadGate {
+impl Medium for MediumGate {
     fn describe(&self) -> String {
         self.inner.describe()
     }
@@ -608,16 +649,7 @@ impl Medium for ReadGate {
         self.inner.append(id, offset, data)
     }
     fn read(&self, id: oubli_core::SegmentId, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let mut g = self.gate.lock().unwrap();
-        if g.0 {
-            g.1 += 1;
-            self.changed.notify_all();
-            while g.0 {
-                g = self.changed.wait(g).unwrap();
-            }
-            g.1 -= 1;
-        }
-        drop(g);
+        self.pass(Gated::Reads);
         self.inner.read(id, offset, buf)
     }
     fn segment_len(&self, id: oubli_core::SegmentId) -> std::io::Result<Option<u64>> {
@@ -630,13 +662,124 @@ impl Medium for ReadGate {
         self.inner.delete_segment(id)
     }
     fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
+        {
+            let mut s = self.syncing.lock().unwrap();
+            s.0 += 1;
+            s.1 = s.1.max(s.0);
+        }
+        self.pass(Gated::Syncs);
+        std::thread::sleep(self.sync_delay);
+        let result = self.inner.sync();
+        self.syncing.lock().unwrap().0 -= 1;
+        result
     }
     fn read_superblock(&self, slot: oubli_core::Slot) -> std::io::Result<Option<Vec<u8>>> {
         self.inner.read_superblock(slot)
     }
     fn write_superblock(&self, slot: oubli_core::Slot, data: &[u8]) -> std::io::Result<()> {
         self.inner.write_superblock(slot, data)
+    }
+}
+
+/// A flush syncs and appends the intent log without the engine lock:
+/// writes and reads go on while its syncs are held, a second flush waits
+/// for the first (no second sync starts beside it), and after a power cut
+/// everything either flush acknowledged is there.
+#[test]
+fn writes_go_on_while_a_flush_syncs_and_what_it_acknowledged_survives_a_crash() {
+    let medium = Arc::new(MediumGate::new(MemMedium::new(), Gated::Syncs));
+    let vault = Arc::new(MemoryVault::empty());
+    let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
+    let a = store.create_object(b"a").unwrap();
+    store.write(a, 0, b"flushed by the first flush").unwrap();
+    store.link(ROOT_DIR, b"a", a).unwrap();
+
+    medium.hold();
+    let s = store.clone();
+    let first = std::thread::spawn(move || s.flush());
+    medium.wait_until_entered();
+    // The first flush is inside a sync. Changes and reads do not wait for
+    // it (they would, for as long as the sync takes, under the lock).
+    let s = store.clone();
+    let during = within(Duration::from_secs(20), move || {
+        assert_eq!(s.read(a, 0, 7).unwrap(), b"flushed");
+        let b = s.create_object(b"b").unwrap();
+        s.write(b, 0, b"written during the first flush").unwrap();
+        s.link(ROOT_DIR, b"b", b).unwrap();
+        s.write(a, 0, b"FLUSHED").unwrap();
+        b
+    });
+    let Some(b) = during else {
+        medium.release();
+        panic!("a write waited for a flush's sync");
+    };
+    // A second flush (of what was written meanwhile) must not sync beside
+    // the first: it waits until the first lands.
+    let s = store.clone();
+    let second = std::thread::spawn(move || s.flush());
+    std::thread::sleep(Duration::from_millis(200));
+    let waiting = medium.waiting();
+    medium.release();
+    first.join().unwrap().unwrap();
+    second.join().unwrap().unwrap();
+    assert_eq!(waiting, 1, "a second flush synced beside the first");
+    assert_eq!(medium.most_syncs_at_once(), 1);
+
+    // The power cut loses what was not synced: nothing either flush
+    // acknowledged.
+    std::mem::forget(store);
+    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 7));
+    let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
+    assert_eq!(
+        store.read(a, 0, 100).unwrap(),
+        b"FLUSHED by the first flush"
+    );
+    assert_eq!(
+        store.read(b, 0, 100).unwrap(),
+        b"written during the first flush"
+    );
+    assert_eq!(store.lookup(ROOT_DIR, b"a").unwrap(), Some(a));
+    assert_eq!(store.lookup(ROOT_DIR, b"b").unwrap(), Some(b));
+}
+
+/// Writers that flush after each write, on several threads: their flushes
+/// run one at a time although none holds the lock through its syncs, and
+/// each writer's last flushed write survives a power cut.
+#[test]
+fn flushes_from_many_threads_never_sync_beside_each_other() {
+    let mut gate = MediumGate::new(MemMedium::new(), Gated::Syncs);
+    gate.sync_delay = Duration::from_micros(300);
+    let medium = Arc::new(gate);
+    let vault = Arc::new(MemoryVault::empty());
+    let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
+    let writers: Vec<_> = (0..4u8)
+        .map(|t| {
+            let s = store.clone();
+            std::thread::spawn(move || {
+                let oid = s.create_object(&[t]).unwrap();
+                for i in 0..40u32 {
+                    let block = [t.wrapping_add(i as u8); 512];
+                    s.write(oid, u64::from(i % 8) * 4096, &block).unwrap();
+                    s.flush().unwrap();
+                }
+                oid
+            })
+        })
+        .collect();
+    let oids: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(medium.most_syncs_at_once(), 1, "two flushes synced at once");
+    std::mem::forget(store);
+    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 11));
+    let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
+    for (t, oid) in oids.into_iter().enumerate() {
+        for i in 32..40u32 {
+            let want = [(t as u8).wrapping_add(i as u8); 512];
+            assert_eq!(
+                store.read(oid, u64::from(i % 8) * 4096, 512).unwrap(),
+                want,
+                "writer {t}'s write {i} was flushed"
+            );
+        }
     }
 }
 
@@ -650,7 +793,10 @@ impl Medium for ReadGate {
 #[test]
 fn segments_filled_beside_a_cleaner_trace_are_kept() {
     const SEGMENT: u64 = 256 << 10;
-    let medium = Arc::new(ReadGate::new(MemMedium::with_segment_capacity(SEGMENT)));
+    let medium = Arc::new(MediumGate::new(
+        MemMedium::with_segment_capacity(SEGMENT),
+        Gated::Reads,
+    ));
     let vault = Arc::new(MemoryVault::empty());
     let options = Options {
         background_commits: true,

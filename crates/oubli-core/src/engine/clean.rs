@@ -129,7 +129,7 @@ impl Appender {
     pub(super) fn give_back(self, e: &mut Engine) {
         e.data_segment = self.data_segment;
         e.next_segment = self.next_segment;
-        e.unsynced = true;
+        e.mark_unsynced();
     }
 }
 

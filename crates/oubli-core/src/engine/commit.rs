@@ -13,8 +13,15 @@ const TICK_SLICES: usize = 64;
 
 impl Store {
     /// Makes every write so far durable (intent log), without ending the epoch.
+    ///
+    /// Buffered cells are sealed and the intent-log frame is made under the
+    /// engine lock; the syncs and the log's appends run without it, so that
+    /// writes (from other threads, other NBD connections) go on meanwhile.
+    /// What they change waits for the next flush. Commits, other flushes
+    /// and the operations that take [`lock`](Self::lock) wait for this one
+    /// (DESIGN §10).
     pub fn flush(&self) -> Result<()> {
-        self.lock().flush()
+        self.core.flush_beside_writes()
     }
 
     /// Ends the epoch now: every deletion before it becomes unrecoverable.
@@ -65,7 +72,7 @@ impl Store {
     /// when it is due; otherwise carries out one slice of a cleaner run in
     /// progress. Returns false if a commit it ran failed.
     fn settle_as<'a>(&'a self, mut e: MutexGuard<'a, Engine>, settler: Settler) -> bool {
-        if e.pending.len() > PENDING_OPS_MAX && !e.committing {
+        if e.pending.len() > PENDING_OPS_MAX && !e.io_in_flight() {
             // Bounds the memory of the changes waiting for the intent log:
             // logging them early only makes them durable sooner. A failure
             // poisons the store, which the next change reports.
@@ -153,6 +160,19 @@ impl Store {
 }
 
 impl Core {
+    /// [`Store::flush`]: the frame is made under the lock, synced and
+    /// appended without it.
+    fn flush_beside_writes(&self) -> Result<()> {
+        let mut e = self.lock();
+        let Some(plan) = e.begin_flush()? else {
+            return Ok(());
+        };
+        let medium = e.ctx.medium.clone();
+        let in_flight = self.flush_in_flight(e);
+        let outcome = plan.write(&*medium);
+        in_flight.land().end_flush(plan, outcome)
+    }
+
     /// [`Store::commit`] without waiting for the segments it doomed to be
     /// deleted (the epoch policy's commits).
     fn commit_beside_writes(&self) -> Result<()> {
@@ -254,6 +274,68 @@ pub(super) enum Due {
     Bound,
     /// The epoch policy, or (on the timer) a cleaner run's space.
     Policy,
+}
+
+/// What a flush's I/O returns: the step that failed, and why.
+pub(super) type IoOutcome = std::result::Result<(), (&'static str, std::io::Error)>;
+
+/// A flush made under the lock, waiting for its I/O: the data sync, then
+/// the intent-log frame and the tally record that counts it.
+pub(super) struct FlushPlan {
+    /// Units were appended since the last sync, and the medium does not
+    /// keep appends in order: the data is synced before the frame.
+    sync_data: bool,
+    /// `None`: no ops were pending; only the data is synced.
+    log: Option<LogAppend>,
+    /// The medium keeps appends in order: the tally's sync covers the
+    /// data and the frame.
+    in_order: bool,
+    /// [`Engine::appends`] when the plan was made.
+    appends: u64,
+    /// The key scheme's journal records the frame holds.
+    logged: usize,
+}
+
+/// A frame of the intent log and its tally record, with their places.
+pub(super) struct LogAppend {
+    segment: SegmentId,
+    offset: u64,
+    frame: Vec<u8>,
+    tally_segment: SegmentId,
+    tally_offset: u64,
+    tally: Vec<u8>,
+}
+
+impl FlushPlan {
+    /// The flush's I/O, which may run without the engine lock: at most one
+    /// at a time, since a medium's `sync` may return before the data of a
+    /// sync running beside it is down (`DirMedium` takes its dirty set,
+    /// then fsyncs).
+    pub(super) fn write(&self, medium: &dyn Medium) -> IoOutcome {
+        let Some(log) = &self.log else {
+            return medium.sync().map_err(|e| ("syncing data", e));
+        };
+        if self.sync_data {
+            medium
+                .sync()
+                .map_err(|e| ("syncing data before the intent log", e))?;
+        }
+        // The frame, then the tally that counts it: a batch is acknowledged
+        // only once both are durable, so replay can tell a torn tail (not
+        // counted) from a truncated or damaged log (counted, missing).
+        medium
+            .append(log.segment, log.offset, &log.frame)
+            .map_err(|e| ("appending to the intent log", e))?;
+        if !self.in_order {
+            medium.sync().map_err(|e| ("syncing the intent log", e))?;
+        }
+        medium
+            .append(log.tally_segment, log.tally_offset, &log.tally)
+            .map_err(|e| ("appending to the intent log's tally", e))?;
+        medium
+            .sync()
+            .map_err(|e| ("syncing the intent log's tally", e))
+    }
 }
 
 /// A commit sealed in memory, waiting for its I/O: the new superblock and
@@ -450,7 +532,21 @@ impl Engine {
         self.erase_vault_leftovers(previous)
     }
 
+    /// A flush with everything under the lock (the caller holds it through
+    /// a larger operation: a snapshot, a share, closing the store).
     pub(super) fn flush(&mut self) -> Result<()> {
+        let Some(plan) = self.begin_flush()? else {
+            return Ok(());
+        };
+        let outcome = plan.write(&*self.ctx.medium);
+        self.end_flush(plan, outcome)
+    }
+
+    /// The flush's work under the lock: buffered writes sealed, the pending
+    /// ops (and the key scheme's journal) sealed into the next frame of the
+    /// intent log, its place reserved. `None` when there is nothing to make
+    /// durable, or when the log was full and a commit did the job.
+    pub(super) fn begin_flush(&mut self) -> Result<Option<FlushPlan>> {
         self.writable()?;
         self.resolve_vault_unknown()?;
         self.write_out_all()?;
@@ -458,20 +554,20 @@ impl Engine {
             let record = self.record(oid)?;
             self.pending.push(Op::SetObject { oid, record });
         }
-        if self.pending.is_empty() {
-            if self.unsynced {
-                self.sync("syncing data")?;
-            }
-            return Ok(());
-        }
         // The data a batch refers to must be durable before the batch is,
         // and the frame before the tally that counts it. A medium that keeps
         // appends in order gives both without a sync in between (what
         // survives a cut is data, then frame, then tally, up to some point),
         // so there the flush is one sync: one request on object storage.
         let in_order = self.ctx.medium.keeps_append_order();
-        if self.unsynced && !in_order {
-            self.sync("syncing data before the intent log")?;
+        if self.pending.is_empty() {
+            return Ok(self.unsynced.then_some(FlushPlan {
+                sync_data: true,
+                log: None,
+                in_order,
+                appends: self.appends,
+                logged: 0,
+            }));
         }
         let keys = LogKeys {
             provider: &*self.ctx.provider,
@@ -502,36 +598,47 @@ impl Engine {
         {
             // A full log (or a format-1 epoch, which has no tally): the
             // commit puts everything in the tree and starts a fresh log.
-            return self.commit();
+            self.commit()?;
+            return Ok(None);
         }
-        let tally_segment = self.log.tally.expect("a format-2 log has a tally");
-        // The frame, then the tally that counts it: a batch is acknowledged
-        // only once both are durable, so replay can tell a torn tail (not
-        // counted) from a truncated or damaged log (counted, missing).
-        if let Err(e) = self
-            .ctx
-            .medium
-            .append(self.log.segment, self.log_offset, &frame)
-        {
-            return self.poison("appending to the intent log", e);
-        }
-        if !in_order {
-            self.sync("syncing the intent log")?;
-        }
-        if let Err(e) = self
-            .ctx
-            .medium
-            .append(tally_segment, self.tally_offset, &tally)
-        {
-            return self.poison("appending to the intent log's tally", e);
-        }
-        self.sync("syncing the intent log's tally")?;
-        self.log_offset += frame.len() as u64;
-        self.tally_offset += tally.len() as u64;
+        let plan = FlushPlan {
+            sync_data: self.unsynced && !in_order,
+            log: Some(LogAppend {
+                segment: self.log.segment,
+                offset: self.log_offset,
+                frame,
+                tally_segment: self.log.tally.expect("a format-2 log has a tally"),
+                tally_offset: self.tally_offset,
+                tally,
+            }),
+            in_order,
+            appends: self.appends,
+            logged,
+        };
+        // The frame's place is taken now: ops accepted while its I/O runs
+        // go to the next frame, after it. Should the I/O fail, the store
+        // is poisoned, and replay stops at the last tally that counts a
+        // frame.
+        let log = plan.log.as_ref().expect("just made");
+        self.log_offset += log.frame.len() as u64;
+        self.tally_offset += log.tally.len() as u64;
         self.log_seq += 1;
-        self.ctx.scheme.journal_logged(logged);
         self.pending.clear();
         self.size_dirty.clear();
+        Ok(Some(plan))
+    }
+
+    /// Applies what [`FlushPlan::write`] did (the lock held again).
+    pub(super) fn end_flush(&mut self, plan: FlushPlan, outcome: IoOutcome) -> Result<()> {
+        if let Err((context, e)) = outcome {
+            return self.poison(context, e);
+        }
+        // Every sync came after the capture: what was appended up to it is
+        // durable, and if nothing was appended since, nothing is unsynced.
+        if self.appends == plan.appends {
+            self.unsynced = false;
+        }
+        self.ctx.scheme.journal_logged(plan.logged);
         Ok(())
     }
 

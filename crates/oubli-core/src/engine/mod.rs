@@ -233,8 +233,8 @@ pub struct Store {
 /// The engine and the signals around it: what the committer thread needs.
 struct Core {
     engine: Mutex<Engine>,
-    /// Signalled when a commit that released the lock for its I/O lands,
-    /// and when the committer thread takes a request (a writer held at the
+    /// Signalled when a commit or flush that released the lock for its I/O
+    /// lands, and when the committer thread takes a request (a writer held at the
     /// memory cap waits for that: the commit then captures what it changed).
     commit_landed: Condvar,
     /// Signalled when a change asks the committer thread for a commit, and
@@ -327,6 +327,9 @@ struct Engine {
     pending: Vec<Op>,
     /// Units appended since the last sync.
     unsynced: bool,
+    /// Counts the times `unsynced` was set: a flush whose syncs ran without
+    /// the lock leaves it set when units were appended meanwhile.
+    appends: u64,
     dirty: BTreeMap<(u64, u64), DirtyCell>,
     dirty_bytes: usize,
     /// Objects whose size grew by writes, with the stamp of their last
@@ -382,6 +385,9 @@ struct Engine {
     /// Set while [`Store::commit`] writes and rotates without the lock:
     /// only the operations that take [`Store::lock_beside_commit`] run then.
     committing: bool,
+    /// Set while [`Store::flush`] syncs and appends the intent log without
+    /// the lock; the same operations wait for it as for a commit.
+    flushing: bool,
     /// The epoch's counters when the commit in flight captured its tree:
     /// what was counted since belongs to the next epoch.
     in_flight_covers: Option<EpochStats>,
@@ -421,21 +427,22 @@ fn cell_key(oid: u64, cell: u64) -> Key {
 }
 
 impl Core {
-    /// The engine, with no commit in flight: what may commit, flush, clean
-    /// or change snapshots, shares and the catalog takes this.
+    /// The engine, with no commit or flush in flight: what may commit,
+    /// flush, clean or change snapshots, shares and the catalog takes this.
     fn lock(&self) -> MutexGuard<'_, Engine> {
         let mut e = self.lock_beside_commit();
-        while e.committing {
+        while e.io_in_flight() {
             e = Self::unpoisoned(self.commit_landed.wait(e));
         }
         e
     }
 
-    /// The engine, possibly while a commit writes and rotates without the
-    /// lock: for reads and for changes that only queue ops and append
-    /// units (writes, truncates, punches, deletes, names). What such a
-    /// change does is not in the commit's tree; it stays queued for the
-    /// next epoch's log (`Carry::AcceptedMeanwhile`).
+    /// The engine, possibly while a commit writes and rotates, or a flush
+    /// syncs, without the lock: for reads and for changes that only queue
+    /// ops and append units (writes, truncates, punches, deletes, names).
+    /// What such a change does is not in the commit's tree (it stays queued
+    /// for the next epoch's log, `Carry::AcceptedMeanwhile`), nor in the
+    /// flush's frame (it waits for the next flush).
     fn lock_beside_commit(&self) -> MutexGuard<'_, Engine> {
         Self::unpoisoned(self.engine.lock())
     }
@@ -454,12 +461,22 @@ impl Core {
     }
 
     /// Marks a commit in flight and releases the lock for its I/O.
-    fn commit_in_flight(&self, mut e: MutexGuard<'_, Engine>) -> CommitInFlight<'_> {
-        e.committing = true;
+    fn commit_in_flight(&self, mut e: MutexGuard<'_, Engine>) -> InFlight<'_> {
         e.in_flight_covers = Some(e.stats.clone());
+        self.in_flight(e, Io::Commit)
+    }
+
+    /// Marks a flush in flight and releases the lock for its I/O.
+    fn flush_in_flight(&self, e: MutexGuard<'_, Engine>) -> InFlight<'_> {
+        self.in_flight(e, Io::Flush)
+    }
+
+    fn in_flight(&self, mut e: MutexGuard<'_, Engine>, io: Io) -> InFlight<'_> {
+        e.set_in_flight(io, true);
         drop(e);
-        CommitInFlight {
+        InFlight {
             core: self,
+            io,
             landed: false,
         }
     }
@@ -555,34 +572,62 @@ impl Store {
     }
 }
 
-/// A commit doing its I/O without the lock. Landing it (or unwinding past
-/// it) clears the mark and wakes whoever waits in [`Store::lock`].
-struct CommitInFlight<'a> {
+/// What does its I/O without the engine lock: at most one at a time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Io {
+    Commit,
+    Flush,
+}
+
+impl Engine {
+    /// A commit or a flush is doing its I/O without the lock.
+    fn io_in_flight(&self) -> bool {
+        self.committing || self.flushing
+    }
+
+    fn set_in_flight(&mut self, io: Io, on: bool) {
+        match io {
+            Io::Commit => {
+                self.committing = on;
+                if !on {
+                    self.in_flight_covers = None;
+                }
+            }
+            Io::Flush => self.flushing = on,
+        }
+    }
+}
+
+/// A commit or flush doing its I/O without the lock. Landing it (or
+/// unwinding past it) clears the mark and wakes whoever waits in
+/// [`Store::lock`].
+struct InFlight<'a> {
     core: &'a Core,
+    io: Io,
     landed: bool,
 }
 
-impl<'a> CommitInFlight<'a> {
-    /// Takes the lock back to finish the commit.
+impl<'a> InFlight<'a> {
+    /// Takes the lock back to finish the commit or flush.
     fn land(mut self) -> MutexGuard<'a, Engine> {
         self.landed = true;
         let mut e = self.core.lock_beside_commit();
-        e.committing = false;
-        e.in_flight_covers = None;
+        e.set_in_flight(self.io, false);
         self.core.commit_landed.notify_all();
         e
     }
 }
 
-impl Drop for CommitInFlight<'_> {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.landed {
-            // A panic during the commit's I/O: its outcome is unknown.
+            // A panic during the I/O: its outcome is unknown.
             let mut e = self.core.lock_beside_commit();
-            e.committing = false;
-            e.in_flight_covers = None;
-            e.poisoned
-                .get_or_insert_with(|| "a commit panicked during its I/O".into());
+            e.set_in_flight(self.io, false);
+            e.poisoned.get_or_insert_with(|| match self.io {
+                Io::Commit => "a commit panicked during its I/O".into(),
+                Io::Flush => "a flush panicked during its I/O".into(),
+            });
             self.core.commit_landed.notify_all();
         }
     }
@@ -626,7 +671,7 @@ impl Engine {
         let Some((why, since)) = &self.vault_down else {
             return Ok(());
         };
-        if since.elapsed() < VAULT_RETRY || self.committing {
+        if since.elapsed() < VAULT_RETRY || self.io_in_flight() {
             return Err(Error::WritesRefused(why.clone()));
         }
         match self.commit() {
@@ -811,8 +856,14 @@ impl Engine {
             return self.poison("appending to a data segment", e);
         }
         self.data_segment = Some((seg, off + need));
-        self.unsynced = true;
+        self.mark_unsynced();
         Ok(addr(seg, off as u32))
+    }
+
+    /// Units were appended: the next flush syncs.
+    fn mark_unsynced(&mut self) {
+        self.unsynced = true;
+        self.appends += 1;
     }
 
     fn sync(&mut self, context: &str) -> Result<()> {

@@ -456,6 +456,23 @@ fn init_twice_exits_4_and_usage_errors_exit_2() {
         .assert()
         .code(2);
     env.cmd().args(["gc", "--threshold", "3"]).assert().code(2);
+    // `file:PATH` (a single-file store, a library medium) is refused, not
+    // turned into a directory named `file:...`; `dir:PATH` is the store
+    // directory PATH.
+    let single = format!("file:{}", env.path("store.img").display());
+    env.cmd()
+        .args(["--store", single.as_str(), "ls"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "not available from the command line",
+        ));
+    env.put("in-the-store", b"x");
+    let dir = format!("dir:{}", env.path("store").display());
+    assert_eq!(
+        env.json(&["--store", dir.as_str(), "ls", "--json"]),
+        env.json(&["ls", "--json"])
+    );
     // No password source and no terminal: a clear error, not a hang.
     env.cmd()
         .env_remove("OUBLI_PASSWORD")

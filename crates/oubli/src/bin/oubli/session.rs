@@ -482,6 +482,22 @@ fn resolve_store(store: &Path) -> Result<Resolved, Failure> {
     if let Some(image) = crate::nand::image_of(store) {
         return Ok((crate::nand::state_dir(&image), None, Some(image)));
     }
+    // The media's location syntax (oubli_media::location): `dir:PATH` is a
+    // directory; `file:PATH`, a store inside one file or block device, is
+    // a library medium the commands do not open yet. Without this check it
+    // would become a directory named `file:...`.
+    if let Some(text) = store.to_str() {
+        if let Some(dir) = text.strip_prefix("dir:") {
+            return Ok((absolute(Path::new(dir)), None, None));
+        }
+        if text.starts_with("file:") {
+            return Err(Failure::usage(format!(
+                "--store {text}: a store inside one file or block device (FileMedium) is \
+                 not available from the command line; give a directory, s3://BUCKET/PREFIX \
+                 or nand:IMAGE"
+            )));
+        }
+    }
     let Some(parsed) = store.to_str().and_then(oubli_s3::S3Location::parse) else {
         return Ok((absolute(store), None, None));
     };

@@ -447,6 +447,41 @@ fn unmount_commits() {
     assert!(!contains(&meta, b"SECRETNAME-until-unmount"));
 }
 
+/// An unmount while a file is still open fails with EBUSY: the session
+/// then unmounts from outside (lazily, at last) instead of waiting for
+/// ever for its request loops, and ends, with its commit, once the file
+/// is closed.
+#[test]
+fn unmount_with_a_file_still_open_ends_once_it_is_closed() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(35);
+    let mut m = Mounted::new(store, default_options());
+    write_file(&m.path("SECRETNAME-open"), &marker::data(43, 20_000));
+    m.session().purge().unwrap();
+    fs::remove_file(m.path("SECRETNAME-open")).unwrap();
+    let held = File::create(m.path("held-open")).unwrap();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        drop(held);
+    });
+    let session = m.session.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(session.unmount());
+    });
+    let outcome = rx.recv_timeout(std::time::Duration::from_secs(60));
+    closer.join().unwrap();
+    outcome
+        .expect("the unmount waited for ever with a file open")
+        .expect("unmount");
+    assert!(!m.mnt.join("held-open").exists(), "still mounted");
+    let (markers, meta) = world.seize(false);
+    assert!(blocks(43, 0, 20_000).is_disjoint(&markers));
+    assert!(!contains(&meta, b"SECRETNAME-open"));
+}
+
 /// The mount's epoch policy (`-o epoch_deletions=1`) commits without being asked.
 #[test]
 fn mount_policy_commits_on_its_own() {

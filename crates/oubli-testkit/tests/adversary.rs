@@ -74,9 +74,15 @@ fn nothing_deleted_before_the_last_commit_opens_with(scheme: u8, policy_in_backg
     );
     assert!(runner.commits >= 20, "only {} epochs", runner.commits);
     if policy_in_background {
+        // Not blind: the committer thread committed beside the workload.
+        // How often depends on the scheduler (a loaded machine coalesces
+        // more requests into each commit: 67 of its own against 72 of the
+        // workload's in one CI run, more when idle), so the bound is loose.
+        let own = epoch - 1 - runner.commits as u64;
         assert!(
-            epoch > 2 * runner.commits as u64,
-            "the policy made few commits of its own: epoch {epoch}"
+            own >= runner.commits as u64 / 4,
+            "the policy made few commits of its own: {own} beside the workload's {}",
+            runner.commits
         );
     }
     assert!(checked >= 5);

@@ -136,8 +136,8 @@ fn run_once(
     let first_epoch = store.epoch();
     let stop = Arc::new(AtomicBool::new(false));
     let periodic = match beside {
-        Beside::Commits(period) => Some((period, false)),
-        Beside::FsyncLoop => Some((Duration::ZERO, true)),
+        Beside::Commits(period) => Some(period),
+        Beside::FsyncLoop => Some(Duration::ZERO),
         _ => None,
     };
     // The fsync loop's own object (its transactions).
@@ -145,7 +145,7 @@ fn run_once(
         Beside::FsyncLoop => Some(store.create_object(b"")?),
         _ => None,
     };
-    let committer = periodic.map(|(period, _)| {
+    let committer = periodic.map(|period| {
         let (store, stop) = (store.clone(), stop.clone());
         std::thread::spawn(move || -> Result<Vec<f64>, oubli_core::Error> {
             let mut took = Vec::new();

@@ -601,6 +601,7 @@ impl Engine {
             self.commit()?;
             return Ok(None);
         }
+        let (frame_len, tally_len) = (frame.len() as u64, tally.len() as u64);
         let plan = FlushPlan {
             sync_data: self.unsynced && !in_order,
             log: Some(LogAppend {
@@ -619,9 +620,8 @@ impl Engine {
         // go to the next frame, after it. Should the I/O fail, the store
         // is poisoned, and replay stops at the last tally that counts a
         // frame.
-        let log = plan.log.as_ref().expect("just made");
-        self.log_offset += log.frame.len() as u64;
-        self.tally_offset += log.tally.len() as u64;
+        self.log_offset += frame_len;
+        self.tally_offset += tally_len;
         self.log_seq += 1;
         self.pending.clear();
         self.size_dirty.clear();

@@ -162,6 +162,10 @@ struct State {
     /// Bytes the object stores (its cells' ranges): `st_blocks`. Counted
     /// when asked, forgotten by every change to the data.
     stored: std::cell::Cell<Option<u64>>,
+    /// Preallocated while it held no data: its first write chooses its
+    /// cells (DESIGN §3). Kept in memory only: after a remount the engine's
+    /// own rule decides.
+    cells_undecided: bool,
 }
 
 impl State {
@@ -390,6 +394,7 @@ impl Fs {
                 opens: 0,
                 deleted: false,
                 stored: std::cell::Cell::new(None),
+                cells_undecided: false,
             }),
         });
         lock(&fs.table).insert(ROOT_DIR, node);
@@ -452,6 +457,7 @@ impl Fs {
                         opens: 0,
                         deleted: false,
                         stored: std::cell::Cell::new(None),
+                        cells_undecided: false,
                     }),
                 });
                 table.insert(oid, node.clone());
@@ -547,7 +553,13 @@ impl Fs {
             return n;
         }
         match self.store.extents(oid, 0, st.size) {
-            Ok(ranges) => {
+            Ok(mut ranges) => {
+                // Preallocated ranges count as well (a write into them does
+                // not grow the count, as on a local file system).
+                let size = st.size;
+                let prealloc = st.attr.prealloc.iter().filter(|&&(s, _)| s < size);
+                ranges.extend(prealloc.map(|&(s, e)| (s, e.min(size) - s)));
+                ranges.sort_unstable();
                 let n = data_blocks(&ranges).iter().map(|(s, e)| e - s).sum();
                 st.stored.set(Some(n));
                 n
@@ -670,6 +682,7 @@ impl Fs {
             }
             st.stored.set(None);
             erased = size < st.size;
+            st.attr.unpreallocate(size, u64::MAX);
             if size != st.size || req.mtime.is_none() {
                 st.attr.mtime = now;
             }
@@ -790,6 +803,7 @@ impl Fs {
                 opens,
                 deleted: false,
                 stored: std::cell::Cell::new(None),
+                cells_undecided: false,
             }),
         });
         let st = lock(&node.st);
@@ -1303,6 +1317,20 @@ impl Fs {
         let mut st = lock(&node.st);
         st.changeable()?;
         let overwrote = offset < st.size && !data.is_empty();
+        if st.cells_undecided && !data.is_empty() {
+            // The first write into a file preallocated empty: one that starts
+            // it with at least a whole cell streams (`cp`, a download, fio's
+            // sequential writes, the kernel's writeback of them) and keeps
+            // the store's cells; any other is a write in place, and gets
+            // small ones (DESIGN §3). Writes to one file come here one at a
+            // time (the node's lock), so no other write races this choice.
+            st.cells_undecided = false;
+            let streams = offset == 0
+                && data.len() as u64 >= u64::from(self.store.cell_size_of(ino).map_err(errno)?);
+            if !streams {
+                self.store.use_small_cells(ino).map_err(errno)?;
+            }
+        }
         self.store.write(ino, offset, data).map_err(errno)?;
         st.stored.set(None);
         let end = offset + data.len() as u64;
@@ -1333,29 +1361,6 @@ impl Fs {
         };
         if length > net_of_overhead(avail) {
             return Err(Errno::ENOSPC);
-        }
-        Ok(())
-    }
-
-    /// Stores zeros in the holes of `[from, to)`: preallocation as a local
-    /// file system does it, so the range counts in `st_blocks` and reads
-    /// as data, and a later write there does not grow the file's
-    /// allocation. (Beyond the end of the file, with `KEEP_SIZE`, nothing
-    /// is stored: an object holds no cells past its size.)
-    fn preallocate(&self, ino: u64, from: u64, to: u64) -> R<()> {
-        const CHUNK: u64 = 1 << 20;
-        let extents = self.store.extents(ino, from, to - from).map_err(errno)?;
-        let zeros = vec![0u8; CHUNK.min(to - from) as usize];
-        let mut at = from;
-        for (start, end) in extents.iter().map(|&(s, l)| (s, s + l)).chain([(to, to)]) {
-            while at < start {
-                let n = (start - at).min(CHUNK);
-                self.store
-                    .write(ino, at, &zeros[..n as usize])
-                    .map_err(errno)?;
-                at += n;
-            }
-            at = at.max(end);
         }
         Ok(())
     }
@@ -1410,6 +1415,7 @@ impl Fs {
             return Err(Errno::ENODEV);
         }
         let mut erased = false;
+        let mut prealloc_changed = false;
         st.stored.set(None);
         if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
             // No preallocation: a zeroed range is a hole, and its old bytes are erased.
@@ -1417,17 +1423,25 @@ impl Fs {
                 self.store.punch_hole(ino, offset, length).map_err(errno)?;
                 erased = true;
             }
+            prealloc_changed = st.attr.unpreallocate(offset, end);
         }
         if mode & KEEP_SIZE == 0 && end > st.size {
             self.store.truncate(ino, end).map_err(errno)?;
             st.size = end;
         }
         if mode & (PUNCH_HOLE | ZERO_RANGE) == 0 && offset < st.size {
-            // A file preallocated before it holds data is written in place
-            // (a database, a VM image, fio): small cells, so that a 4 KiB
-            // write re-seals 4 KiB (DESIGN §3). One with data keeps its cells.
-            self.store.use_small_cells(ino).map_err(errno)?;
-            self.preallocate(ino, offset, end.min(st.size))?;
+            // Preallocation stores nothing (a log-structured store could not
+            // keep the room for later writes anyway): the range is noted so
+            // that it counts in st_blocks, and reads as zeros, as a hole
+            // does. Storing zeros cost the range's size in writes, and a
+            // file written after its preallocation twice its size.
+            let size = st.size;
+            st.attr.preallocate(offset, end.min(size));
+            prealloc_changed = true;
+            // A file preallocated before it holds data is most often written
+            // in place (a database, a VM image, fio's random writes): its
+            // first write chooses its cells (see `write`).
+            st.cells_undecided = !self.store.holds_data(ino).map_err(errno)?;
         }
         let now = Timestamp::now();
         if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 || mode & KEEP_SIZE == 0 {
@@ -1436,9 +1450,14 @@ impl Fs {
             st.dirty = true;
         }
         // As a local file system's fallocate (file_modified), in every mode.
-        if Self::drop_privs(&mut st, caller) {
+        let privs_dropped = Self::drop_privs(&mut st, caller);
+        if privs_dropped {
             st.attr.ctime = now;
+        }
+        if privs_dropped || prealloc_changed {
             self.persist(ino, &mut st)?;
+        }
+        if privs_dropped {
             // The kernel may have cached the mode it set itself just before
             // (it drops set-user-ID on its own, not always set-group-ID).
             self.tell_kernel_attrs_changed(ino);

@@ -11,6 +11,7 @@ pub const VERSION: u8 = 1;
 const TAG_SYMLINK: u64 = 1;
 const TAG_XATTR: u64 = 2;
 const TAG_FS: u64 = 3;
+const TAG_PREALLOC: u64 = 4;
 
 /// The file-type bits of `st_mode`.
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -86,6 +87,11 @@ pub struct Attr {
     pub symlink: Option<Vec<u8>>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub fs: Option<FsRecord>,
+    /// Byte ranges `[start, end)` of a regular file preallocated with
+    /// `fallocate`, ascending and disjoint, inside the file's size: they
+    /// count in `st_blocks` (with the ranges that hold cells) and read as
+    /// zeros; nothing is stored for them.
+    pub prealloc: Vec<(u64, u64)>,
     /// Fields of a later version this one does not know: kept as they are.
     pub unknown: Vec<(u64, Vec<u8>)>,
     /// Decoded from metadata another front-end wrote (or none): defaults were used.
@@ -112,6 +118,7 @@ impl Attr {
             symlink: None,
             xattrs: BTreeMap::new(),
             fs: None,
+            prealloc: Vec::new(),
             unknown: Vec::new(),
             foreign: false,
             protected: false,
@@ -185,6 +192,7 @@ impl Attr {
             symlink: None,
             xattrs: BTreeMap::new(),
             fs: None,
+            prealloc: Vec::new(),
             unknown: Vec::new(),
             foreign: false,
             protected: false,
@@ -209,6 +217,22 @@ impl Attr {
                         orphans,
                         mounted: flags & 1 != 0,
                     });
+                }
+                TAG_PREALLOC => {
+                    let mut b = Reader { buf: body };
+                    let mut at = 0u64;
+                    while !b.buf.is_empty() {
+                        // Each range as (gap from the previous end, length).
+                        let start = at
+                            .checked_add(b.varint()?)
+                            .ok_or("FUSE metadata: preallocated range out of range")?;
+                        let end = start
+                            .checked_add(b.varint()?)
+                            .filter(|&e| e > start)
+                            .ok_or("FUSE metadata: bad preallocated range")?;
+                        a.prealloc.push((start, end));
+                        at = end;
+                    }
                 }
                 other => a.unknown.push((other, body.to_vec())),
             }
@@ -245,10 +269,62 @@ impl Attr {
             varint(&mut body, fs.mounted as u64);
             field(&mut w, TAG_FS, &body);
         }
+        if !self.prealloc.is_empty() {
+            let mut body = Vec::new();
+            let mut at = 0;
+            for &(start, end) in &self.prealloc {
+                varint(&mut body, start - at);
+                varint(&mut body, end - start);
+                at = end;
+            }
+            field(&mut w, TAG_PREALLOC, &body);
+        }
         for (tag, body) in &self.unknown {
             field(&mut w, *tag, body);
         }
         w
+    }
+
+    /// Adds `[start, end)` to the preallocated ranges (merging neighbours).
+    pub fn preallocate(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut s, mut e) = (start, end);
+        // Ranges that touch or overlap the new one merge into it.
+        self.prealloc.retain(|&(a, b)| {
+            let apart = b < s || a > e;
+            if !apart {
+                s = s.min(a);
+                e = e.max(b);
+            }
+            apart
+        });
+        let at = self.prealloc.partition_point(|&(a, _)| a < s);
+        self.prealloc.insert(at, (s, e));
+    }
+
+    /// Removes `[start, end)` from the preallocated ranges (a punched or
+    /// zeroed range, or everything past a truncation); whether any changed.
+    pub fn unpreallocate(&mut self, start: u64, end: u64) -> bool {
+        let before = self.prealloc.len();
+        let mut changed = false;
+        let mut kept = Vec::with_capacity(before + 1);
+        for &(a, b) in &self.prealloc {
+            if b <= start || a >= end {
+                kept.push((a, b));
+                continue;
+            }
+            changed = true;
+            if a < start {
+                kept.push((a, start));
+            }
+            if b > end {
+                kept.push((end, b));
+            }
+        }
+        self.prealloc = kept;
+        changed
     }
 
     /// Bytes the extended attributes take (names and values).
@@ -368,7 +444,39 @@ mod tests {
             mounted: true,
         });
         a.unknown.push((99, b"future".to_vec()));
+        a.prealloc = vec![(0, 4096), (10_000, 1 << 40)];
         assert_eq!(Attr::decode(&a.encode(), false, (0, 0)).unwrap(), a);
+    }
+
+    #[test]
+    fn preallocated_ranges_merge_and_split() {
+        let mut a = sample();
+        a.preallocate(100, 200);
+        a.preallocate(300, 400);
+        a.preallocate(0, 50);
+        assert_eq!(a.prealloc, [(0, 50), (100, 200), (300, 400)]);
+        a.preallocate(200, 300); // touches both neighbours
+        assert_eq!(a.prealloc, [(0, 50), (100, 400)]);
+        a.preallocate(40, 120);
+        assert_eq!(a.prealloc, [(0, 400)]);
+        assert!(a.unpreallocate(100, 150));
+        assert_eq!(a.prealloc, [(0, 100), (150, 400)]);
+        assert!(!a.unpreallocate(100, 150));
+        assert!(a.unpreallocate(350, u64::MAX));
+        assert_eq!(a.prealloc, [(0, 100), (150, 350)]);
+        assert!(a.unpreallocate(0, u64::MAX));
+        assert!(a.prealloc.is_empty());
+        // An empty or backwards range adds nothing.
+        a.preallocate(5, 5);
+        assert!(a.prealloc.is_empty());
+    }
+
+    #[test]
+    fn malformed_preallocated_ranges_are_errors() {
+        let mut bytes = sample().encode();
+        // A range of length 0.
+        bytes.extend_from_slice(&[TAG_PREALLOC as u8, 2, 5, 0]);
+        assert!(Attr::decode(&bytes, false, (0, 0)).is_err());
     }
 
     #[test]

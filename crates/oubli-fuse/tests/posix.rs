@@ -1017,8 +1017,9 @@ fn st_blocks_counts_stored_bytes() {
 }
 
 /// fallocate preallocates inside the file: the range counts in
-/// `st_blocks` and is data for SEEK_DATA, and writing into it does not
-/// grow the allocation (xfstests generic/568); data already there is kept.
+/// `st_blocks` and reads as zeros (a hole for SEEK_DATA, as an unwritten
+/// extent of ext4 or XFS), writing into it does not grow the allocation
+/// (xfstests generic/568), and data already there is kept.
 #[test]
 fn fallocate_preallocates_inside_the_file() {
     let Some(m) = mounted() else { return };
@@ -1038,8 +1039,11 @@ fn fallocate_preallocates_inside_the_file() {
     assert_eq!(before, (104_095u64.div_ceil(4096)) * 4096);
     // SAFETY: FFI on an open descriptor.
     let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
-    assert_eq!(data, 0, "the block holding byte 4095 is data");
+    assert_eq!(data, 36_864, "preallocated blocks are holes until written");
     f.write_all_at(b"xy", 4095).unwrap();
+    // SAFETY: FFI on an open descriptor.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    assert_eq!(data, 0, "the block holding byte 4095 is data");
     f.write_all_at(&[5u8; 8192], 60_000).unwrap();
     assert_eq!(blocks(), before);
     let back = fs::read(&p).unwrap();
@@ -1047,6 +1051,102 @@ fn fallocate_preallocates_inside_the_file() {
     assert_eq!(&back[40_000..40_004], b"keep");
     assert_eq!(&back[4095..4097], b"xy");
     assert!(back[4097..40_000].iter().all(|b| *b == 0));
+}
+
+/// fallocate stores nothing: a large preallocation costs no data on the
+/// medium (it once stored zeros, twice the writes for a file written
+/// after it); the ranges it notes survive a remount and shrink with
+/// truncation and punching. The first write into a file preallocated
+/// empty chooses its cells: the store's when it starts the file with at
+/// least a whole cell (a stream), small ones otherwise (in place).
+#[test]
+fn fallocate_stores_nothing_and_the_first_write_chooses_the_cells() {
+    if !fuse_available() {
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    let blocks = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    let preallocated = |name: &str, len: u64| {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(m.path(name))
+            .unwrap();
+        fallocate(&f, 0, 0, len as i64).unwrap();
+        f
+    };
+    let stored = |s: &oubli_core::Store| {
+        s.flush().unwrap();
+        s.status().unwrap().medium_bytes
+    };
+    let cells = |p: &Path| store.cell_size_of(fs::metadata(p).unwrap().ino()).unwrap();
+
+    let before = stored(&store);
+    let idle = preallocated("idle", 64 * MIB);
+    let grown = stored(&store) - before;
+    assert!(grown < 64 << 10, "a 64 MiB fallocate stored {grown} bytes");
+    assert_eq!(blocks(&m.path("idle")), 64 * MIB);
+    assert!(fs::read(m.path("idle")).unwrap().iter().all(|b| *b == 0));
+    drop(idle);
+
+    let stream = preallocated("stream", 8 * MIB);
+    let chunk = vec![0x5Au8; MIB as usize];
+    for i in 0..8 {
+        stream.write_all_at(&chunk, i * MIB).unwrap();
+    }
+    stream.sync_all().unwrap();
+    assert_eq!(
+        cells(&m.path("stream")),
+        32768,
+        "a streamed file keeps the store's cells"
+    );
+    assert_eq!(blocks(&m.path("stream")), 8 * MIB);
+    let in_place = preallocated("in-place", 8 * MIB);
+    in_place.write_all_at(&[1u8; 4096], 3 * MIB).unwrap();
+    assert_eq!(
+        cells(&m.path("in-place")),
+        4096,
+        "written at random: small cells"
+    );
+    let header = preallocated("header", 8 * MIB);
+    header.write_all_at(&[2u8; 4096], 0).unwrap();
+    assert_eq!(
+        cells(&m.path("header")),
+        4096,
+        "a page at the start: small cells"
+    );
+    assert_eq!(blocks(&m.path("header")), 8 * MIB);
+    drop((stream, in_place, header));
+
+    m.unmount();
+    m = Mounted::new(store.clone(), default_options());
+    let idle = m.path("idle");
+    assert_eq!(
+        blocks(&idle),
+        64 * MIB,
+        "the preallocation survives a remount"
+    );
+    let f = OpenOptions::new().write(true).open(&idle).unwrap();
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        0,
+        MIB as i64,
+    )
+    .unwrap();
+    assert_eq!(
+        blocks(&idle),
+        63 * MIB,
+        "punching gives preallocated room back"
+    );
+    f.set_len(2 * MIB).unwrap();
+    f.set_len(4 * MIB).unwrap();
+    assert_eq!(blocks(&idle), MIB, "truncation drops what lies past it");
+    assert!(fs::read(&idle).unwrap().iter().all(|b| *b == 0));
 }
 
 /// A 4 KiB punch inside a 32 KiB cell, and the gap between two writes in

@@ -30,6 +30,14 @@ impl Store {
         Ok(true)
     }
 
+    /// Whether `oid` holds any data (buffered or sealed): a front-end that
+    /// would choose the object's cells asks before its first write.
+    pub fn holds_data(&self, oid: u64) -> Result<bool> {
+        let e = self.lock_beside_commit();
+        e.record(oid)?;
+        e.holds_data(oid)
+    }
+
     /// The cell size of `oid`'s data.
     pub fn cell_size_of(&self, oid: u64) -> Result<u32> {
         let e = self.lock_beside_commit();

@@ -32,6 +32,10 @@
 #   par-seqread    fio, 4 jobs: reading them back, cold cache                  MB/s
 #   par-randread   fio, 4 jobs: 4 KiB random reads of them, runtime as above;
 #                  then removed                                                MB/s
+#   sync-1job      fio: 4 KiB writes at random offsets of a FS_BENCH_SYNC_SIZE
+#                  file, each followed by fsync (a database committing), for
+#                  FS_BENCH_SYNC_RUNTIME s; then removed                       MB/s
+#   sync-4jobs     the same with 4 jobs, a file each (4 connections)           MB/s
 #   files-create   FS_BENCH_FILES one-line files in one directory from a bash
 #                  loop (no fork per file)                                     s
 #   files-delete   rm -rf of that directory                                    s
@@ -61,12 +65,14 @@
 #
 # Settings (environment variables; defaults in brackets):
 #
-#   FS_BENCH_GROUPS        groups to run, any of: seq rand par files tree
+#   FS_BENCH_GROUPS        groups to run, any of: seq rand par sync files tree
 #                          [seq rand files tree]; "tree" is skipped if
 #                          FS_BENCH_TREE is empty
 #   FS_BENCH_SEQ_SIZE      sequential file size, fio syntax [1G]
 #   FS_BENCH_RAND_SIZE     random-I/O file size (and each par-* file) [256M]
 #   FS_BENCH_RAND_RUNTIME  seconds per random-I/O phase [15]
+#   FS_BENCH_SYNC_SIZE     file size of each sync-* job [64M]
+#   FS_BENCH_SYNC_RUNTIME  seconds per sync-* phase [10]
 #   FS_BENCH_FILES         small files created and deleted [5000]
 #   FS_BENCH_TREE          path of an uncompressed .tar of a source tree [""]
 #   FS_BENCH_GREP          fixed string searched by tree-grep [MODULE_LICENSE]
@@ -85,6 +91,7 @@ fs_bench_phases() {
     [[ $groups == *" seq "* ]] && printf '%s\n' seqwrite seqread
     [[ $groups == *" rand "* ]] && printf '%s\n' randwrite randread
     [[ $groups == *" par "* ]] && printf '%s\n' par-seqwrite par-seqread par-randread
+    [[ $groups == *" sync "* ]] && printf '%s\n' sync-1job sync-4jobs
     [[ $groups == *" files "* ]] && printf '%s\n' files-create files-delete
     [[ $groups == *" tree "* && -n ${FS_BENCH_TREE:-} ]] &&
         printf '%s\n' tree-unpack tree-copy tree-grep tree-md5 tree-remove
@@ -167,7 +174,7 @@ _fs_bench_md5() {
 fs_bench_phase() {
     local d=$1 phase=$2 v=
     # shellcheck disable=SC2016 # fio expands $jobnum itself
-    local par='fsb-par.$jobnum'
+    local par='fsb-par.$jobnum' sync='fsb-sync.$jobnum'
     local seq=${FS_BENCH_SEQ_SIZE:-1G} rsize=${FS_BENCH_RAND_SIZE:-256M} rt=${FS_BENCH_RAND_RUNTIME:-15}
     [[ -d $d ]] || { echo "fs-workloads: $d is not a directory" >&2; return 1; }
     _fs_bench_dir=$d
@@ -186,6 +193,12 @@ fs_bench_phase() {
         par-randread)
             v=$(_fs_bench_fio 7 "$d" --name=prr --rw=randread --bs=4k --size="$rsize" --numjobs=4 --time_based --runtime="$rt" --filename_format="$par")
             rm -f "$d"/fsb-par.* ;;
+        sync-1job | sync-4jobs)
+            local jobs=1
+            [[ $phase == sync-4jobs ]] && jobs=4
+            v=$(_fs_bench_fio 48 "$d" --name=fs --rw=randwrite --bs=4k --size="${FS_BENCH_SYNC_SIZE:-64M}" \
+                --numjobs="$jobs" --fsync=1 --time_based --runtime="${FS_BENCH_SYNC_RUNTIME:-10}" --filename_format="$sync")
+            rm -f "$d"/fsb-sync.* ;;
         files-create) v=$(_fs_bench_time _fs_bench_create_files "$d/fsb-files" "${FS_BENCH_FILES:-5000}") ;;
         files-delete) v=$(_fs_bench_time rm -rf "$d/fsb-files") ;;
         tree-unpack)

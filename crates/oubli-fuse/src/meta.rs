@@ -12,6 +12,8 @@ const TAG_SYMLINK: u64 = 1;
 const TAG_XATTR: u64 = 2;
 const TAG_FS: u64 = 3;
 const TAG_PREALLOC: u64 = 4;
+/// Preallocated ranges a file's record keeps at most.
+const MAX_PREALLOC_RANGES: usize = 64;
 
 /// The file-type bits of `st_mode`.
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -302,6 +304,16 @@ impl Attr {
         });
         let at = self.prealloc.partition_point(|&(a, _)| a < s);
         self.prealloc.insert(at, (s, e));
+        // The record is rewritten with every attribute change: a file
+        // preallocated in many scattered pieces keeps a bounded list, the
+        // closest neighbours joined (st_blocks then counts their gap too).
+        while self.prealloc.len() > MAX_PREALLOC_RANGES {
+            let i = (1..self.prealloc.len())
+                .min_by_key(|&i| self.prealloc[i].0 - self.prealloc[i - 1].1)
+                .expect("more than one range");
+            self.prealloc[i - 1].1 = self.prealloc[i].1;
+            self.prealloc.remove(i);
+        }
     }
 
     /// Removes `[start, end)` from the preallocated ranges (a punched or
@@ -469,6 +481,14 @@ mod tests {
         // An empty or backwards range adds nothing.
         a.preallocate(5, 5);
         assert!(a.prealloc.is_empty());
+        // Scattered pieces: the list stays bounded, the closest joined.
+        for i in 0..1000u64 {
+            a.preallocate(i * 100, i * 100 + 10 + i % 7);
+        }
+        assert_eq!(a.prealloc.len(), MAX_PREALLOC_RANGES);
+        assert_eq!(a.prealloc[0].0, 0);
+        assert_eq!(a.prealloc.last().unwrap().1, 99_900 + 10 + 999 % 7);
+        assert!(a.prealloc.windows(2).all(|w| w[0].1 < w[1].0));
     }
 
     #[test]

@@ -163,7 +163,16 @@ impl Core {
     /// [`Store::flush`]: the frame is made under the lock, synced and
     /// appended without it.
     fn flush_beside_writes(&self) -> Result<()> {
+        // Every write the caller made is in any flush that begins after
+        // this point. Callers that queue behind a flush in flight (several
+        // connections, or threads, each syncing) find that one of them
+        // already made such a flush while they waited, and are done: one
+        // frame and its syncs serve them all (group commit).
+        let ticket = self.lock_beside_commit().flushes_begun;
         let mut e = self.lock();
+        if e.flushed_through > ticket {
+            return e.writable();
+        }
         let Some(plan) = e.begin_flush()? else {
             return Ok(());
         };
@@ -294,6 +303,8 @@ pub(super) struct FlushPlan {
     appends: u64,
     /// The key scheme's journal records the frame holds.
     logged: usize,
+    /// Its place among the flushes begun ([`Engine::flushes_begun`]).
+    number: u64,
 }
 
 /// A frame of the intent log and its tally record, with their places.
@@ -561,12 +572,16 @@ impl Engine {
         // so there the flush is one sync: one request on object storage.
         let in_order = self.ctx.medium.keeps_append_order();
         if self.pending.is_empty() {
-            return Ok(self.unsynced.then_some(FlushPlan {
+            if !self.unsynced {
+                return Ok(None);
+            }
+            return Ok(Some(FlushPlan {
                 sync_data: true,
                 log: None,
                 in_order,
                 appends: self.appends,
                 logged: 0,
+                number: self.next_flush_number(),
             }));
         }
         let keys = LogKeys {
@@ -615,6 +630,7 @@ impl Engine {
             in_order,
             appends: self.appends,
             logged,
+            number: self.next_flush_number(),
         };
         // The frame's place is taken now: ops accepted while its I/O runs
         // go to the next frame, after it. Should the I/O fail, the store
@@ -629,10 +645,17 @@ impl Engine {
     }
 
     /// Applies what [`FlushPlan::write`] did (the lock held again).
+    /// Numbers a flush being made ([`Engine::flushes_begun`]).
+    fn next_flush_number(&mut self) -> u64 {
+        self.flushes_begun += 1;
+        self.flushes_begun
+    }
+
     pub(super) fn end_flush(&mut self, plan: FlushPlan, outcome: IoOutcome) -> Result<()> {
         if let Err((context, e)) = outcome {
             return self.poison(context, e);
         }
+        self.flushed_through = self.flushed_through.max(plan.number);
         // Every sync came after the capture: what was appended up to it is
         // durable, and if nothing was appended since, nothing is unsynced.
         if self.appends == plan.appends {

@@ -330,6 +330,12 @@ struct Engine {
     /// Counts the times `unsynced` was set: a flush whose syncs ran without
     /// the lock leaves it set when units were appended meanwhile.
     appends: u64,
+    /// Flushes begun (made a plan) in this store's life: each plan takes
+    /// the next number.
+    flushes_begun: u64,
+    /// The highest number of a flush that landed: a caller that asked for
+    /// a flush when `flushes_begun` was lower has its writes durable.
+    flushed_through: u64,
     dirty: BTreeMap<(u64, u64), DirtyCell>,
     dirty_bytes: usize,
     /// Objects whose size grew by writes, with the stamp of their last

@@ -263,6 +263,8 @@ impl Engine {
             pending: Vec::new(),
             unsynced: false,
             appends: 0,
+            flushes_begun: 0,
+            flushed_through: 0,
             dirty: BTreeMap::new(),
             dirty_bytes: 0,
             size_dirty: BTreeMap::new(),

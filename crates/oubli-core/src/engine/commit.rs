@@ -644,13 +644,13 @@ impl Engine {
         Ok(Some(plan))
     }
 
-    /// Applies what [`FlushPlan::write`] did (the lock held again).
     /// Numbers a flush being made ([`Engine::flushes_begun`]).
     fn next_flush_number(&mut self) -> u64 {
         self.flushes_begun += 1;
         self.flushes_begun
     }
 
+    /// Applies what [`FlushPlan::write`] did (the lock held again).
     pub(super) fn end_flush(&mut self, plan: FlushPlan, outcome: IoOutcome) -> Result<()> {
         if let Err((context, e)) = outcome {
             return self.poison(context, e);

@@ -319,9 +319,8 @@ impl Attr {
     /// Removes `[start, end)` from the preallocated ranges (a punched or
     /// zeroed range, or everything past a truncation); whether any changed.
     pub fn unpreallocate(&mut self, start: u64, end: u64) -> bool {
-        let before = self.prealloc.len();
         let mut changed = false;
-        let mut kept = Vec::with_capacity(before + 1);
+        let mut kept = Vec::with_capacity(self.prealloc.len() + 1);
         for &(a, b) in &self.prealloc {
             if b <= start || a >= end {
                 kept.push((a, b));

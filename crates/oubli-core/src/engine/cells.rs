@@ -6,7 +6,9 @@
 //! the object holds any data, and kept for its life (a `KIND_CELLS` tree
 //! entry, logged as op 14): by a front-end that knows the object will be
 //! written in place ([`Store::use_small_cells`]: a block device's export, a
-//! preallocated file), or by the engine at the first write, which gives
+//! file preallocated empty whose first write is not a stream's start —
+//! the mount decides that, [`Store::holds_data`] telling it the object is
+//! still empty), or by the engine at the first write, which gives
 //! small cells when that write is neither at the object's start nor at its
 //! end (a sparse file written at random). Streamed files — every write an
 //! append — keep the store's cells.

@@ -177,8 +177,13 @@ pub fn recover_with_shares(
             if !seen_sb.insert((header.epoch, bytes.clone())) {
                 continue;
             }
-            let Some((scheme, ops)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
-            else {
+            let Some((scheme, ops)) = open_epoch(
+                &medium,
+                &provider,
+                rec,
+                (header.version, &body),
+                &mut out.failures,
+            ) else {
                 continue;
             };
             let ctx = &epoch_ctx(&medium, &provider, scheme);
@@ -257,7 +262,7 @@ fn open_epoch(
     medium: &Arc<dyn Medium>,
     provider: &Arc<dyn CryptoProvider>,
     rec: &VaultRecord,
-    body: &superblock::Body,
+    (version, body): (u16, &superblock::Body),
     failures: &mut usize,
 ) -> Option<(Arc<dyn KeyScheme>, Vec<log::Op>)> {
     let Ok((scheme, _)) = crate::scheme_state::load(
@@ -277,7 +282,7 @@ fn open_epoch(
         store_id: &rec.store_id,
         epoch: rec.epoch,
     };
-    let read = log::read_log(&**medium, &body.log_place(), &keys);
+    let read = log::read_log(&**medium, &body.log_place(version), &keys);
     let ops: Vec<log::Op> = read.batches.into_iter().flatten().collect();
     for op in &ops {
         if let log::Op::Scheme(record) = op {
@@ -317,8 +322,13 @@ pub fn rederive(
             let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
                 continue;
             };
-            let Some((scheme, _)) = open_epoch(&medium, &provider, rec, &body, &mut out.failures)
-            else {
+            let Some((scheme, _)) = open_epoch(
+                &medium,
+                &provider,
+                rec,
+                (header.version, &body),
+                &mut out.failures,
+            ) else {
                 continue;
             };
             if !scheme.keeps_keys_outside_tree() {

@@ -37,6 +37,7 @@ pub use engine::{
     SMALL_CELL_SIZE,
 };
 pub use error::{Error, Result};
+pub use log::TallyCadence;
 pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
 pub use share::ShareRecord;
 pub use snapshot::SnapshotRecord;

@@ -2,12 +2,18 @@
 //!
 //! Each epoch has its own log segment and its own *tally* segment. A flush
 //! appends one *frame* to the log — a 4-byte length, a fresh random salt and
-//! one AEAD-sealed batch of [`Op`]s — syncs, then appends one *tally record*
-//! (the number of batches and the log's end, authenticated) and syncs again.
-//! Only then is the flush acknowledged. So on replay every batch the tally
-//! counts must be there and open; only batches past it (a flush cut before it
-//! returned) may be missing or torn. Truncating the log or damaging a length
-//! field is reported ([`LogRead::damage`]), never taken for a short log.
+//! one AEAD-sealed batch of [`Op`]s — and syncs. From format 6 a frame also
+//! carries the sealed cells its batch puts ([`LogFormat::V3`]), covered by
+//! the batch's authentication: a frame opens only if every cell it names
+//! is whole, so the cells and the frame need one sync, not one each. A
+//! *tally record* (the number of batches and the log's end, authenticated)
+//! is appended once the frames it counts are durable: after every flush in
+//! format 2, at most once per [`TallyCadence`] interval in format 6 (and
+//! by the store's timer). So on replay every batch the tally counts must be
+//! there and open; batches past it may be missing or torn (a flush cut
+//! before it returned), and those that open are replayed. Truncating the
+//! log or damaging a length field below the tally is reported
+//! ([`LogRead::damage`]), never taken for a short log.
 //!
 //! Keys: a batch's key is derived from the epoch key, the batch's sequence
 //! number *and its salt*, so two different frames never share a key (and
@@ -15,10 +21,12 @@
 //! the sequence number of one that was written but lost. The log dies with
 //! the epoch key: once the vault holds the next epoch's key, nothing in an
 //! old log — including the keys of cells written and deleted within that
-//! epoch — opens.
+//! epoch — opens. (The cells a format-6 frame carries are sealed under
+//! their own keys, as in a data segment, and live on after the epoch.)
 //!
 //! Stores of format version 1 have frames without salt and no tally; they are
-//! still read ([`LogFormat::V1`]) and upgraded by the first commit.
+//! still read ([`LogFormat::V1`]) and upgraded by the first commit, as are
+//! format-2 to 5 logs ([`LogFormat::V2`]).
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::medium::{Medium, SegmentId};
@@ -299,6 +307,9 @@ pub const SALT_LEN: usize = 16;
 const FRAME_HEADER: usize = 4 + SALT_LEN;
 /// A v1 frame starts with its sealed length only.
 const FRAME_HEADER_V1: usize = 4;
+/// A v3 frame starts with its sealed length, its salt and the length of the
+/// cells it carries (which follow the header, before the sealed batch).
+pub const FRAME_HEADER_V3: usize = 4 + SALT_LEN + 4;
 /// salt ‖ u64 batches ‖ u64 log end ‖ tag.
 pub const TALLY_RECORD_LEN: usize = SALT_LEN + 8 + 8 + TAG_LEN;
 
@@ -307,8 +318,47 @@ pub const TALLY_RECORD_LEN: usize = SALT_LEN + 8 + 8 + TAG_LEN;
 pub enum LogFormat {
     /// Format 1: no salt, no tally (read only, for stores made before them).
     V1,
-    /// Format 2: salted frames and a tally segment.
+    /// Formats 2 to 5: salted frames and a tally segment, a tally record
+    /// after every frame.
     V2,
+    /// Format 6: frames carry the cells their batch puts, authenticated
+    /// with it; the tally may lag the frames ([`TallyCadence`]).
+    V3,
+}
+
+impl LogFormat {
+    /// The log format of an epoch whose superblock is of `version`.
+    pub fn of_version(version: u16) -> LogFormat {
+        match version {
+            1 => LogFormat::V1,
+            2..=5 => LogFormat::V2,
+            _ => LogFormat::V3,
+        }
+    }
+}
+
+/// How often a format-6 log's tally is brought up to date with the frames.
+/// The tally is what tells a truncated or damaged log from a flush cut by a
+/// power failure; a frame it does not count yet is replayed if it opens,
+/// so a lagging tally loses nothing: it only narrows that check to the
+/// frames older than the interval (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TallyCadence {
+    /// A tally record after every frame: two syncs per flush.
+    EveryFlush,
+    /// A flush writes a tally record when the last is older than this
+    /// interval, and the store's timer writes one for frames left uncounted
+    /// that long; other flushes make one sync.
+    Every(std::time::Duration),
+    /// A tally record with every `n`th frame of the epoch, and no timer:
+    /// the same I/O on every run (crash sweeps cut at every I/O point).
+    EveryNthFrame(u64),
+}
+
+impl Default for TallyCadence {
+    fn default() -> Self {
+        TallyCadence::Every(std::time::Duration::from_secs(1))
+    }
 }
 
 /// What identifies an epoch's log and opens it.
@@ -352,17 +402,24 @@ impl LogKeys<'_> {
     }
 }
 
-fn batch_aad(format: LogFormat, epoch: u64, seq: u64, sealed_len: u32) -> Vec<u8> {
+fn batch_aad(format: LogFormat, epoch: u64, seq: u64, sealed_len: u32, cells: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     match format {
         LogFormat::V1 => w.raw(b"oubli/log/v1"),
         LogFormat::V2 => w.raw(b"oubli/log/v2"),
+        LogFormat::V3 => w.raw(b"oubli/log/v3"),
     }
     w.u64(epoch);
     w.u64(seq);
-    // v2 authenticates the frame's length field too.
-    if format == LogFormat::V2 {
+    // v2 authenticates the frame's length field too, v3 also the cells the
+    // frame carries: a frame whose cells did not all reach the medium does
+    // not open.
+    if format != LogFormat::V1 {
         w.u32(sealed_len);
+    }
+    if format == LogFormat::V3 {
+        w.u32(cells.len() as u32);
+        w.raw(cells);
     }
     w.buf
 }
@@ -398,7 +455,7 @@ pub(crate) fn seal_frame_with_salt(
     let sealed_len = (body.len() + TAG_LEN) as u32;
     keys.provider.seal(
         &keys.batch_key(seq, Some(&salt)),
-        &batch_aad(LogFormat::V2, keys.epoch, seq, sealed_len),
+        &batch_aad(LogFormat::V2, keys.epoch, seq, sealed_len, &[]),
         &mut body,
     );
     let mut frame = Vec::with_capacity(FRAME_HEADER + body.len());
@@ -406,6 +463,53 @@ pub(crate) fn seal_frame_with_salt(
     frame.extend_from_slice(&salt);
     frame.extend_from_slice(&body);
     frame
+}
+
+/// A format-6 frame in its two appends: the head (header and the sealed
+/// cells, which go down at once so that reads find the cells) and the
+/// sealed batch (which may have to wait for a data sync).
+pub struct FrameV3 {
+    pub head: Vec<u8>,
+    pub batch: Vec<u8>,
+}
+
+impl FrameV3 {
+    pub fn len(&self) -> u64 {
+        (self.head.len() + self.batch.len()) as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Seals batch `seq` into a format-6 frame carrying `cells` (sealed units,
+/// laid out from [`FRAME_HEADER_V3`] bytes into the frame, where the
+/// batch's `PutCell`s point).
+pub fn seal_frame_v3(keys: &LogKeys, seq: u64, cells: Vec<u8>, ops: &[Op]) -> FrameV3 {
+    seal_frame_v3_with_salt(keys, seq, cells, ops, fresh_salt(keys.provider))
+}
+
+pub(crate) fn seal_frame_v3_with_salt(
+    keys: &LogKeys,
+    seq: u64,
+    cells: Vec<u8>,
+    ops: &[Op],
+    salt: [u8; SALT_LEN],
+) -> FrameV3 {
+    let mut batch = encode_ops(ops);
+    let sealed_len = (batch.len() + TAG_LEN) as u32;
+    keys.provider.seal(
+        &keys.batch_key(seq, Some(&salt)),
+        &batch_aad(LogFormat::V3, keys.epoch, seq, sealed_len, &cells),
+        &mut batch,
+    );
+    let mut head = Vec::with_capacity(FRAME_HEADER_V3 + cells.len());
+    head.extend_from_slice(&sealed_len.to_le_bytes());
+    head.extend_from_slice(&salt);
+    head.extend_from_slice(&(cells.len() as u32).to_le_bytes());
+    head.extend_from_slice(&cells);
+    FrameV3 { head, batch }
 }
 
 /// Seals a tally record: `batches` batches are acknowledged, and the log's
@@ -451,7 +555,7 @@ fn open_tally(keys: &LogKeys, rec: &[u8]) -> Option<(u64, u64)> {
 }
 
 /// The header of a frame as it lies on the medium, for tests that inspect
-/// what was written: `(sealed length, salt)` of a v2 frame.
+/// what was written: `(sealed length, salt)` of a v2 or v3 frame.
 pub fn frame_header(frame: &[u8]) -> Option<(u32, [u8; SALT_LEN])> {
     let len = u32::from_le_bytes(frame.get(..4)?.try_into().ok()?);
     let salt = frame.get(4..FRAME_HEADER)?.try_into().ok()?;
@@ -498,27 +602,39 @@ fn read_frame(
     let header_len = match place.format {
         LogFormat::V1 => FRAME_HEADER_V1,
         LogFormat::V2 => FRAME_HEADER,
+        LogFormat::V3 => FRAME_HEADER_V3,
     };
-    let mut header = [0u8; FRAME_HEADER];
+    let mut header = [0u8; FRAME_HEADER_V3];
     medium
         .read(place.segment, offset, &mut header[..header_len])
         .map_err(|e| (format!("missing ({e})"), None))?;
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-    if (len as usize) < TAG_LEN || len as u64 > medium.segment_capacity() {
-        return Err((format!("its length field ({len}) is out of range"), None));
+    let cells_len = match place.format {
+        LogFormat::V3 => u32::from_le_bytes(header[FRAME_HEADER..].try_into().expect("4 bytes")),
+        _ => 0,
+    };
+    let capacity = medium.segment_capacity();
+    if (len as usize) < TAG_LEN || len as u64 > capacity || cells_len as u64 > capacity {
+        return Err((
+            format!("its length fields ({len}, {cells_len}) are out of range"),
+            None,
+        ));
     }
-    let next = offset + header_len as u64 + len as u64;
+    let body_at = offset + header_len as u64;
+    let next = body_at + cells_len as u64 + len as u64;
+    let mut cells = vec![0u8; cells_len as usize];
     let mut sealed = vec![0u8; len as usize];
     medium
-        .read(place.segment, offset + header_len as u64, &mut sealed)
+        .read(place.segment, body_at, &mut cells)
+        .and_then(|_| medium.read(place.segment, body_at + cells_len as u64, &mut sealed))
         .map_err(|e| (format!("cut short ({e})"), None))?;
     let salt: Option<[u8; SALT_LEN]> = match place.format {
         LogFormat::V1 => None,
-        LogFormat::V2 => Some(header[4..FRAME_HEADER].try_into().expect("salt")),
+        _ => Some(header[4..FRAME_HEADER].try_into().expect("salt")),
     };
     let opened = keys.provider.open(
         &keys.batch_key(seq, salt.as_ref()),
-        &batch_aad(place.format, keys.epoch, seq, len),
+        &batch_aad(place.format, keys.epoch, seq, len, &cells),
         &mut sealed,
     );
     if opened.is_err() {

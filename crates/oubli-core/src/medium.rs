@@ -87,6 +87,27 @@ pub trait Medium: Send + Sync {
     fn keeps_append_order(&self) -> bool {
         false
     }
+    /// A hint: segment `id` (which exists, or is created empty) will take
+    /// many small appends up to about `upto` bytes, each followed by a
+    /// sync — the intent log. A medium may prepare the room so that such an
+    /// append is cheaper to make durable (`DirMedium` writes zeros ahead:
+    /// an append inside them changes no file-system metadata, so its
+    /// `fdatasync` writes the data and flushes the device cache, nothing
+    /// more). The segment's length stays what was appended; `segment_len`
+    /// may count the prepared room once the medium is reopened (an upper
+    /// bound, as on media that do not track lengths), and reads there see
+    /// zeros. Default: nothing.
+    fn reserve(&self, id: SegmentId, upto: u64) -> io::Result<()> {
+        let _ = (id, upto);
+        Ok(())
+    }
+    /// A hint: segment `id` takes no more appends and ends at `len`; a
+    /// medium may give back the room [`reserve`](Self::reserve) prepared
+    /// past it. Default: nothing.
+    fn finish_segment(&self, id: SegmentId, len: u64) -> io::Result<()> {
+        let _ = (id, len);
+        Ok(())
+    }
 }
 
 impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
@@ -122,5 +143,11 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn keeps_append_order(&self) -> bool {
         (**self).keeps_append_order()
+    }
+    fn reserve(&self, id: SegmentId, upto: u64) -> io::Result<()> {
+        (**self).reserve(id, upto)
+    }
+    fn finish_segment(&self, id: SegmentId, len: u64) -> io::Result<()> {
+        (**self).finish_segment(id, len)
     }
 }

@@ -7,13 +7,14 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
-/// Version 5: a cell size per object (a leaf-entry kind and a log op; the
+/// Version 6: intent-log frames carry the cells their batch puts, and the
+/// tally may lag them (docs/FORMAT.md). Version 5: a cell size per object (a leaf-entry kind and a log op; the
 /// superblock itself is as in 3). Version 4: holes inside cells (a
 /// leaf-entry flag and a log op). Version 3: the snapshot table, the key-scheme id and the scheme's state
 /// pointer. Version 2: salted intent-log frames and the log tally
 /// (docs/FORMAT.md). Older stores still open; their first commit writes
 /// the current version.
-pub const FORMAT_VERSION: u16 = 5;
+pub const FORMAT_VERSION: u16 = 6;
 /// The key scheme of every store so far: a random key in each parent pointer.
 pub const KEY_SCHEME_PARENT_POINTER: u8 = 0;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;
@@ -273,15 +274,13 @@ pub(crate) fn valid_cell_size(size: u32) -> bool {
 }
 
 impl Body {
-    /// Where this epoch's intent log lives, and in which format.
-    pub fn log_place(&self) -> crate::log::LogPlace {
+    /// Where this epoch's intent log lives, and in which format (that of
+    /// the superblock's `version`).
+    pub fn log_place(&self, version: u16) -> crate::log::LogPlace {
         crate::log::LogPlace {
             segment: self.log_segment,
             tally: self.log_tally,
-            format: match self.log_tally {
-                Some(_) => crate::log::LogFormat::V2,
-                None => crate::log::LogFormat::V1,
-            },
+            format: crate::log::LogFormat::of_version(version),
         }
     }
 }

@@ -8,7 +8,8 @@
 //! code must still open them.
 
 use crate::log::{
-    self, seal_frame_with_salt, seal_tally_with_salt, LogFormat, LogKeys, LogPlace, Op,
+    self, seal_frame_v3_with_salt, seal_frame_with_salt, seal_tally_with_salt, LogFormat, LogKeys,
+    LogPlace, Op,
 };
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
@@ -175,8 +176,41 @@ fn compute() -> Vec<(&'static str, String)> {
             [0x77; 16],
         )),
     ));
+    // Format 6: a frame carrying the cell its batch puts (the cell's own
+    // sealed bytes, then the batch, authenticated over both).
+    let frame = seal_frame_v3_with_salt(&keys, 0, frame_cell(), &frame_cell_ops(), [0x66; 16]);
+    out.push(("log-frame-cells", hex(&[frame.head, frame.batch].concat())));
     scheme_vectors(&p, &key, &store_id, &mut out);
     out
+}
+
+/// The sealed cell the format-6 frame vector carries: 100 bytes of 0xC7
+/// sealed under key 0x09 × 32 as cell 0 of object 7.
+fn frame_cell() -> Vec<u8> {
+    let p = RingProvider::new();
+    let mut cell = vec![0xC7; 100];
+    p.seal(
+        &SecretKey::from_bytes([9; 32]),
+        &cell_aad(7, 0, 0, 100),
+        &mut cell,
+    );
+    cell
+}
+
+/// The batch of the format-6 frame vector: the cell it carries, in log
+/// segment 4 right after the frame's header.
+fn frame_cell_ops() -> Vec<Op> {
+    vec![Op::PutCell {
+        oid: 7,
+        cell: 0,
+        cref: CellRef {
+            start: 0,
+            len: 100,
+            addr: (4 << 32) | log::FRAME_HEADER_V3 as u64,
+            key: KeyRef::from_bytes([9; 32]),
+            holes: Vec::new(),
+        },
+    }]
 }
 
 /// The deterministic (INSECURE) provider the key-scheme vectors draw their
@@ -443,7 +477,7 @@ fn format_1_vectors_still_open() {
     let (header, body) = superblock::open(&p, &key, &get("superblock")).unwrap();
     assert_eq!((header.version, header.epoch), (1, 9));
     assert_eq!(body.log_tally, None);
-    assert_eq!(body.log_place().format, LogFormat::V1);
+    assert_eq!(body.log_place(header.version).format, LogFormat::V1);
     let keys = LogKeys {
         provider: &p,
         epoch_key: &key,
@@ -491,6 +525,65 @@ fn older_superblocks(file: &str, version: u16) -> Vec<Body> {
 fn format_3_vectors_still_open() {
     let bodies = older_superblocks("v3.txt", 3);
     assert!(bodies[0].catalog.is_some());
+}
+
+/// A store of format 5 keeps opening: its superblock's version says that its
+/// current epoch's log is of format 2 (no cells in frames), read as before.
+#[test]
+fn format_5_vectors_still_open() {
+    let p = RingProvider::new();
+    let key = SecretKey::from_bytes([0x42; 32]);
+    let superblock = pinned("v5.txt")
+        .into_iter()
+        .find(|(n, _)| n == "superblock")
+        .unwrap()
+        .1;
+    let (header, body) = superblock::open(&p, &key, &unhex(&superblock)).unwrap();
+    assert_eq!(body.log_place(header.version).format, LogFormat::V2);
+    assert_eq!(older_superblocks("v5.txt", 5).len(), 2);
+}
+
+/// The pinned format-6 frame opens with the cell it carries; a frame whose
+/// cell did not all reach the medium does not open, and ends the log when
+/// the tally does not count it, or is damage when it does.
+#[test]
+fn a_format_6_frame_opens_only_with_its_cells() {
+    let p = RingProvider::new();
+    let key = SecretKey::from_bytes([0x42; 32]);
+    let v = pinned("v6.txt");
+    let frame = unhex(&v.iter().find(|(k, _)| k == "log-frame-cells").unwrap().1);
+    let keys = LogKeys {
+        provider: &p,
+        epoch_key: &key,
+        store_id: &[0x11; 16],
+        epoch: 9,
+    };
+    let place = LogPlace {
+        segment: 4,
+        tally: Some(5),
+        format: LogFormat::V3,
+    };
+    let read = |log: Vec<u8>, counted: bool| {
+        let tally = if counted {
+            seal_tally_with_salt(&keys, 1, log.len() as u64, [0x44; 16])
+        } else {
+            Vec::new()
+        };
+        log::read_log(&Segments(vec![(4, log), (5, tally)]), &place, &keys)
+    };
+    let whole = read(frame.clone(), true);
+    assert!(whole.damage.is_none(), "{:?}", whole.damage);
+    assert_eq!(whole.batches, vec![frame_cell_ops()]);
+    let at = log::FRAME_HEADER_V3;
+    assert_eq!(&frame[at..at + frame_cell().len()], &frame_cell()[..]);
+    // The cell's last byte never landed (zeros where the file system has
+    // no data): past the tally a torn tail, counted by it damage.
+    let mut torn = frame.clone();
+    torn[at + frame_cell().len() - 1] ^= 0xff;
+    let uncounted = read(torn.clone(), false);
+    assert!(uncounted.damage.is_none() && uncounted.batches.is_empty());
+    assert_eq!(uncounted.end, 0);
+    assert!(read(torn, true).damage.is_some());
 }
 
 /// A store of format 4 keeps opening: only the superblocks' version differs
@@ -594,7 +687,7 @@ fn format_2_vectors_still_open() {
 /// ones, revoked or freed ones do not resolve at all.
 #[test]
 fn pinned_scheme_states_still_open() {
-    let v: std::collections::HashMap<String, String> = pinned("v5.txt").into_iter().collect();
+    let v: std::collections::HashMap<String, String> = pinned("v6.txt").into_iter().collect();
     let check = |scheme: u8, state: &str, refs: &[KeyRef], kept: (usize, &str), gone: &[usize]| {
         let loaded = load_scheme(scheme, Some(&unhex(&v[state])), scheme_provider()).unwrap();
         let key = loaded.resolve(&refs[kept.0]).unwrap();
@@ -628,15 +721,15 @@ fn pinned_scheme_states_still_open() {
 fn vectors_match_the_pinned_bytes() {
     let computed = compute();
     if std::env::var_os("OUBLI_WRITE_VECTORS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v5.txt");
-        let header = "# oubli format v5 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v6.txt");
+        let header = "# oubli format v6 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
                       # hkdf and cell were cross-checked against Python hmac/hashlib and cryptography.AESGCM.\n";
         let text: String = std::iter::once(header.to_string())
             .chain(computed.iter().map(|(n, h)| format!("{n} {h}\n")))
             .collect();
         std::fs::write(path, text).unwrap();
     }
-    let pinned = pinned("v5.txt");
+    let pinned = pinned("v6.txt");
     assert_eq!(pinned.len(), computed.len());
     for ((name, want), (cname, got)) in pinned.iter().zip(&computed) {
         assert_eq!(name, cname);

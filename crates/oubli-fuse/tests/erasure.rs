@@ -56,12 +56,14 @@ fn metadata_plaintexts(
             at += 8 + 4;
             let log_segment = u32::from_le_bytes(body[at..at + 4].try_into().unwrap());
             // Format 2 names the log's tally next; the frames are read with
-            // the engine's log reader (salted keys, tally checks).
+            // the engine's log reader (salted keys, tally checks; from format
+            // 6 with the cells a frame carries), in the header's version.
             let log_tally = u32::from_le_bytes(body[at + 4..at + 8].try_into().unwrap());
+            let version = u16::from_le_bytes(sb[8..10].try_into().unwrap());
             let place = oubli_core::log::LogPlace {
                 segment: log_segment,
                 tally: Some(log_tally),
-                format: oubli_core::log::LogFormat::V2,
+                format: oubli_core::log::LogFormat::of_version(version),
             };
             let keys = oubli_core::log::LogKeys {
                 provider,

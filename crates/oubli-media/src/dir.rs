@@ -38,6 +38,16 @@ const SEGMENTS: &str = "segments";
 /// Segment files kept open for appending. The engine appends to one or two
 /// segments at a time (log + cleaner), so a handful is plenty.
 const WRITER_CACHE: usize = 4;
+/// The most [`Medium::reserve`] writes ahead of a segment's end.
+const RESERVE_MAX: u64 = 4 << 20;
+
+/// Whether `file` holds only zeros in `from..to`.
+fn zeros_from(file: &File, from: u64, to: u64) -> io::Result<bool> {
+    let mut buf = vec![0u8; (to - from) as usize];
+    file.read_exact_at(&mut buf, from)?;
+    Ok(buf.iter().all(|&b| b == 0))
+}
+
 /// Segment files kept open for reading (reads hop between many segments).
 const READER_CACHE: usize = 32;
 
@@ -86,6 +96,8 @@ struct Writer {
     len: u64,
     /// Where the kernel was last asked to start writing out (see [`WRITEBACK_HINT`](crate::util::WRITEBACK_HINT)).
     hinted_to: u64,
+    /// The file's size when zeros were written past `len` ([`Medium::reserve`]).
+    zeroed_to: u64,
 }
 
 #[derive(Debug)]
@@ -336,6 +348,7 @@ impl DirMedium {
                         file: Arc::new(f),
                         len: 0,
                         hinted_to: 0,
+                        zeroed_to: 0,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -353,11 +366,20 @@ impl DirMedium {
                     e
                 }
             })?;
-        let len = f.metadata()?.len();
+        let size = f.metadata()?.len();
+        // Zeros this medium wrote ahead ([`Medium::reserve`]) before the
+        // writer was evicted from the cache: the segment ends at `offset`.
+        let len = if size > offset && size - offset <= RESERVE_MAX && zeros_from(&f, offset, size)?
+        {
+            offset
+        } else {
+            size
+        };
         Ok(Writer {
             file: Arc::new(f),
             len,
             hinted_to: len,
+            zeroed_to: size,
         })
     }
 
@@ -431,6 +453,61 @@ impl Medium for DirMedium {
         if let Some((from, len)) = hint {
             start_writeback(&file, from, len);
         }
+        Ok(())
+    }
+
+    /// Writes zeros from the segment's end (or the last zeros) to `upto`,
+    /// at most [`RESERVE_MAX`] past its end; the next sync makes the new
+    /// size durable, after which appends inside are overwrites.
+    fn reserve(&self, id: SegmentId, upto: u64) -> io::Result<()> {
+        self.writable()?;
+        let mut st = self.lock();
+        if st.writers.get(id).is_none() {
+            if self.seg_path(id).exists() {
+                // Not one this medium is appending to: leave it as it is.
+                return Ok(());
+            }
+            let w = self.open_writer(&mut st, id, 0)?;
+            st.writers.insert(id, w);
+        }
+        let w = st.writers.get(id).expect("inserted above");
+        let from = w.len.max(w.zeroed_to);
+        let upto = upto.min(w.len + RESERVE_MAX).min(self.segment_capacity());
+        if upto <= from {
+            return Ok(());
+        }
+        let file = w.file.clone();
+        file.write_all_at(&vec![0u8; (upto - from) as usize], from)?;
+        w.zeroed_to = upto;
+        st.dirty.insert(id);
+        Ok(())
+    }
+
+    /// Cuts the zeros `reserve` wrote past `len` (the file's size change
+    /// is durable at the next sync; a crash before leaves the zeros).
+    fn finish_segment(&self, id: SegmentId, len: u64) -> io::Result<()> {
+        self.writable()?;
+        let mut st = self.lock();
+        let file = match st.writers.remove(id) {
+            Some(w) if w.len == len && w.zeroed_to <= len => return Ok(()),
+            Some(w) if w.len == len => w.file,
+            // Reopened since, or evicted: only a tail of zeros goes.
+            _ => match OpenOptions::new()
+                .write(true)
+                .read(true)
+                .open(self.seg_path(id))
+            {
+                Ok(f) => Arc::new(f),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            },
+        };
+        let size = file.metadata()?.len();
+        if size <= len || size - len > RESERVE_MAX || !zeros_from(&file, len, size)? {
+            return Ok(());
+        }
+        file.set_len(len)?;
+        st.dirty.insert(id);
         Ok(())
     }
 
@@ -628,6 +705,56 @@ mod tests {
         assert_eq!(fs::read(root.join(DIR_MARKER)).unwrap(), DIR_MARKER_V1);
         assert_eq!(m.segment_capacity(), 0xffff_ffff);
         assert!(m.describe().starts_with("dir:/"));
+    }
+
+    /// `reserve` writes zeros ahead: appends land inside them (the file's
+    /// size stays), the segment's length is what was appended, also after
+    /// its handle left the cache; once reopened, the zeros count as an
+    /// upper bound and read as zeros.
+    #[test]
+    fn reserved_room_takes_appends_and_keeps_the_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let m = DirMedium::create(&root).unwrap();
+        let file = root.join(SEGMENTS).join("00000001.seg");
+        m.reserve(1, 1000).unwrap();
+        assert_eq!(fs::metadata(&file).unwrap().len(), 1000);
+        m.append(1, 0, b"frame one").unwrap();
+        m.append(1, 9, b"frame two").unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(18));
+        assert_eq!(fs::metadata(&file).unwrap().len(), 1000);
+        assert_eq!(read_all(&m, 1), b"frame oneframe two");
+        // Past the room, appends grow the file as usual.
+        m.append(1, 18, &[7u8; 2000]).unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(2018));
+        m.reserve(1, 3000).unwrap();
+        // The handle evicted: the next append still finds the end.
+        for id in 10..20 {
+            m.append(id, 0, b"z").unwrap();
+        }
+        m.append(1, 2018, b"three").unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(2023));
+        // Nothing past RESERVE_MAX, and nothing for a segment it did not write.
+        m.reserve(1, 1 << 40).unwrap();
+        assert_eq!(fs::metadata(&file).unwrap().len(), 2023 + RESERVE_MAX);
+        m.sync().unwrap();
+        drop(m);
+        let m = DirMedium::open(&root).unwrap();
+        m.reserve(1, 1 << 30).unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(2023 + RESERVE_MAX));
+        let mut tail = [1u8; 8];
+        m.read(1, 2023, &mut tail).unwrap();
+        assert_eq!(tail, [0; 8]);
+        // Released at its true end, the zeros go; a wrong end keeps data.
+        m.finish_segment(1, 2000).unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(2023 + RESERVE_MAX));
+        m.finish_segment(1, 2023).unwrap();
+        assert_eq!(m.segment_len(1).unwrap(), Some(2023));
+        m.reserve(2, 500).unwrap();
+        m.append(2, 0, b"log").unwrap();
+        m.finish_segment(2, 3).unwrap();
+        assert_eq!(m.segment_len(2).unwrap(), Some(3));
+        assert_eq!(read_all(&m, 2), b"log");
     }
 
     #[test]

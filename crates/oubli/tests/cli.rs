@@ -456,6 +456,17 @@ fn init_twice_exits_4_and_usage_errors_exit_2() {
         .assert()
         .code(2);
     env.cmd().args(["gc", "--threshold", "3"]).assert().code(2);
+    env.cmd()
+        .args(["--log-tally", "sometimes", "ls"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("every-flush"));
+    for when in ["every-flush", "0", "5"] {
+        env.cmd()
+            .args(["--log-tally", when, "ls"])
+            .assert()
+            .success();
+    }
     // `file:PATH` (a single-file store, a library medium) is refused, not
     // turned into a directory named `file:...`; `dir:PATH` is the store
     // directory PATH.
@@ -1060,7 +1071,7 @@ fn a_format_2_store_opens_and_upgrades() {
         .assert()
         .success();
     cmd().arg("commit").assert().success();
-    assert_eq!(version("super.a").max(version("super.b")), 5);
+    assert_eq!(version("super.a").max(version("super.b")), 6);
     cmd()
         .args(["get", "--snapshot", "first", "hello", "-"])
         .assert()

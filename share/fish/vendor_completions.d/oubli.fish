@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_oubli_global_optspecs
-    string join \n store= vault= password-file= on-vault-failure= h/help V/version
+    string join \n store= vault= password-file= on-vault-failure= log-tally= h/help V/version
 end
 
 function __fish_oubli_needs_command
@@ -29,6 +29,7 @@ complete -c oubli -n "__fish_oubli_needs_command" -l vault -d 'The vault: a file
 complete -c oubli -n "__fish_oubli_needs_command" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_needs_command" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_needs_command" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_needs_command" -s V -l version -d 'Print version'
 complete -c oubli -n "__fish_oubli_needs_command" -f -a "init" -d 'Create a new store and its vault'
@@ -61,6 +62,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand init" -l vault -d 'The vault
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand init" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand init" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l share -d 'Place the data under this key share (destroying the share erases it)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -68,6 +70,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand put" -l vault -d 'The vault:
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand put" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand put" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand put" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l snapshot -d 'Read NAME as it was in this snapshot' -r
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -75,12 +78,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand get" -l vault -d 'The vault:
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand get" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand get" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand get" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand rm" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l purge -d 'Commit at once, so that the data is unrecoverable when the command returns'
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -l all-snapshots -d 'Also remove NAME (and its data) from every snapshot that holds it'
 complete -c oubli -n "__fish_oubli_using_subcommand rm" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -90,6 +95,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand ls" -l vault -d 'The vault: 
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand ls" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -s l -d 'Show size and modification time'
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -l json -d 'Print JSON (always with sizes and times)'
 complete -c oubli -n "__fish_oubli_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -98,6 +104,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_see
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -f -a "create" -d 'Keep the whole store as it is now, read-only, in constant time'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and not __fish_seen_subcommand_from create ls rm help" -f -a "ls" -d 'List snapshots with the space each holds alone ("unique") and shares'
@@ -109,12 +116,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_su
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -122,6 +131,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_su
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -l purge -d 'Commit at once, so that its data is unrecoverable when the command returns'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Keep the whole store as it is now, read-only, in constant time'
@@ -133,6 +143,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_s
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -f -a "create" -d 'Create a share whose key lives only in its own vault (a file, tpm:..., pkcs11:...)'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and not __fish_seen_subcommand_from create ls destroy help" -f -a "ls" -d 'List the shares, destroyed ones included'
@@ -144,12 +155,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -157,6 +170,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -l yes -d 'Do not ask for confirmation'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from destroy" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a share whose key lives only in its own vault (a file, tpm:..., pkcs11:...)'
@@ -168,6 +182,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand redact" -l vault -d 'The vau
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand redact" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l purge -d 'Commit at once, so that the data is unrecoverable when the command returns'
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -175,12 +190,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand commit" -l vault -d 'The vau
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand commit" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand purge" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand purge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l interval -d 'Seconds between refreshes of --watch' -r
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -188,6 +205,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand status" -l vault -d 'The vau
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand status" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -l watch -d 'Refresh every --interval seconds until interrupted (in place on a terminal), with the write rate'
 complete -c oubli -n "__fish_oubli_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -197,6 +215,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand gc" -l vault -d 'The vault: 
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand gc" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l purge-versions -d 'On a store in a versioned S3 bucket, also delete the old versions the bucket keeps of the store\'s objects (ciphertext under dead keys: only space is at stake)'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -l consolidate-keys -d 'First re-seal the live data under fresh keys, so that a keyed hash forest fragmented by deletions shrinks back to few roots (reads and rewrites all live data; nothing to do under parent-pointer)'
 complete -c oubli -n "__fish_oubli_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -209,6 +228,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand audit" -l vault -d 'The vaul
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand audit" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l with-versions -d 'On S3: every version the bucket kept of every object of the store, as the provider holds them'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l erase -d 'With --fs: drop those blocks at once (as a TRIM would) and commit'
 complete -c oubli -n "__fish_oubli_using_subcommand audit" -l json -d 'Print JSON'
@@ -218,6 +238,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l vault -d 'The vault
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand fsck" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l export -d 'The export to serve (created with --size if missing; also the default export)' -r
@@ -241,6 +262,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand serve" -l vault -d 'The vaul
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand serve" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s o -d 'Mount options, comma-separated (repeatable): allow_other, default_permissions, ro, fsname=NAME, subtype=TYPE, epoch_interval=SECS, epoch_bytes=N, epoch_deletions=N, snapdir=visible|hidden, snapshot_every=DURATION, snapshot_keep=N, and kernel options such as noatime' -r
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l metrics-file -d 'Write the store\'s figures in Prometheus\' text format to PATH at every commit' -r -F
@@ -249,6 +271,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand mount" -l vault -d 'The vaul
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand mount" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s f -l foreground -d 'Stay in the foreground (default: detach once the file system is mounted)'
 complete -c oubli -n "__fish_oubli_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
@@ -256,6 +279,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_s
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -f -a "show" -d 'Show the vault: kind, address, writes so far, endurance, projected lifetime'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and not __fish_seen_subcommand_from show passwd move help" -f -a "passwd" -d 'Change the vault password (file vault: in place; TPM or token: by moving to a new vault)'
@@ -266,6 +290,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -l json -d 'Print JSON'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l to -d 'For a TPM or token vault: the new vault\'s address [default: the next NV index, or the object label with `.2` toggled]' -r -F
@@ -277,6 +302,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from passwd" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l to -d 'The new vault\'s address: a file path, tpm:TCTI or a pkcs11: URI' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l new-password-file -d 'Read the new password from the first line of FILE [else $OUBLI_NEW_PASSWORD, else asked]' -r -F
@@ -287,6 +313,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -l new-password -d 'Seal the new vault under a new password (asked, or --new-password-file / $OUBLI_NEW_PASSWORD) instead of the current one'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from move" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show the vault: kind, address, writes so far, endurance, projected lifetime'
@@ -299,12 +326,14 @@ complete -c oubli -n "__fish_oubli_using_subcommand umount" -l vault -d 'The vau
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand umount" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
+complete -c oubli -n "__fish_oubli_using_subcommand generate" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand help; and not __fish_seen_subcommand_from init put get rm ls snapshot share redact commit status gc audit fsck serve mount vault umount generate help" -f -a "init" -d 'Create a new store and its vault'
 complete -c oubli -n "__fish_oubli_using_subcommand help; and not __fish_seen_subcommand_from init put get rm ls snapshot share redact commit status gc audit fsck serve mount vault umount generate help" -f -a "put" -d 'Store data under NAME (replacing what NAME held), from SRC or stdin'

@@ -53,6 +53,7 @@ impl Store {
     /// A tick does at most 64 slices (`TICK_SLICES`), so that the timer's
     /// other duties (a server's control socket) wait at most that long.
     pub fn tick(&self) {
+        self.core.tally_beside_writes();
         for _ in 0..TICK_SLICES {
             let e = self.lock();
             let cleaning = e.cleaning.is_some();
@@ -182,6 +183,20 @@ impl Core {
         in_flight.land().end_flush(plan, outcome)
     }
 
+    /// The timer's tally record ([`Engine::begin_tally`]), synced without
+    /// the lock like a flush. A failure poisons the store, which the next
+    /// change reports.
+    fn tally_beside_writes(&self) {
+        let mut e = self.lock();
+        let Some(plan) = e.begin_tally() else {
+            return;
+        };
+        let medium = e.ctx.medium.clone();
+        let in_flight = self.flush_in_flight(e);
+        let outcome = plan.write(&*medium);
+        let _ = in_flight.land().end_flush(plan, outcome);
+    }
+
     /// [`Store::commit`] without waiting for the segments it doomed to be
     /// deleted (the epoch policy's commits).
     fn commit_beside_writes(&self) -> Result<()> {
@@ -289,15 +304,18 @@ pub(super) enum Due {
 pub(super) type IoOutcome = std::result::Result<(), (&'static str, std::io::Error)>;
 
 /// A flush made under the lock, waiting for its I/O: the data sync, then
-/// the intent-log frame and the tally record that counts it.
+/// the intent-log frame and (each flush in format 2, when due in format 6)
+/// the tally record that counts it.
 pub(super) struct FlushPlan {
-    /// Units were appended since the last sync, and the medium does not
-    /// keep appends in order: the data is synced before the frame.
+    /// Units were appended to data segments since the last sync, and the
+    /// medium does not keep appends in order: the data is synced before
+    /// the frame that names it.
     sync_data: bool,
-    /// `None`: no ops were pending; only the data is synced.
+    /// `None`: no ops were pending and no tally record is due; only the
+    /// data is synced.
     log: Option<LogAppend>,
-    /// The medium keeps appends in order: the tally's sync covers the
-    /// data and the frame.
+    /// The medium keeps appends in order: the last sync covers the data,
+    /// the frame and the tally.
     in_order: bool,
     /// [`Engine::appends`] when the plan was made.
     appends: u64,
@@ -307,14 +325,20 @@ pub(super) struct FlushPlan {
     number: u64,
 }
 
-/// A frame of the intent log and its tally record, with their places.
+/// What a flush appends to the intent log, with the places: a frame (or
+/// the rest of one, whose head with the cells went down under the lock)
+/// and a tally record.
 pub(super) struct LogAppend {
     segment: SegmentId,
     offset: u64,
+    /// What of the frame is still to append (empty: all of it went down
+    /// under the lock, or there is no frame).
     frame: Vec<u8>,
-    tally_segment: SegmentId,
-    tally_offset: u64,
-    tally: Vec<u8>,
+    /// Whether the plan has a frame (the timer's tally record alone has
+    /// not): it is synced before the tally record that counts it.
+    has_frame: bool,
+    /// The tally segment, the record's place and the record.
+    tally: Option<(SegmentId, u64, Vec<u8>)>,
 }
 
 impl FlushPlan {
@@ -331,21 +355,23 @@ impl FlushPlan {
                 .sync()
                 .map_err(|e| ("syncing data before the intent log", e))?;
         }
-        // The frame, then the tally that counts it: a batch is acknowledged
-        // only once both are durable, so replay can tell a torn tail (not
-        // counted) from a truncated or damaged log (counted, missing).
-        medium
-            .append(log.segment, log.offset, &log.frame)
-            .map_err(|e| ("appending to the intent log", e))?;
-        if !self.in_order {
-            medium.sync().map_err(|e| ("syncing the intent log", e))?;
+        if !log.frame.is_empty() {
+            medium
+                .append(log.segment, log.offset, &log.frame)
+                .map_err(|e| ("appending to the intent log", e))?;
         }
-        medium
-            .append(log.tally_segment, log.tally_offset, &log.tally)
-            .map_err(|e| ("appending to the intent log's tally", e))?;
-        medium
-            .sync()
-            .map_err(|e| ("syncing the intent log's tally", e))
+        // The frame, then the tally that counts it: a batch is counted only
+        // once it is durable, so replay can tell a torn tail (not counted)
+        // from a truncated or damaged log (counted, missing).
+        if let Some((segment, offset, record)) = &log.tally {
+            if !self.in_order && log.has_frame {
+                medium.sync().map_err(|e| ("syncing the intent log", e))?;
+            }
+            medium
+                .append(*segment, *offset, record)
+                .map_err(|e| ("appending to the intent log's tally", e))?;
+        }
+        medium.sync().map_err(|e| ("syncing the intent log", e))
     }
 }
 
@@ -560,7 +586,32 @@ impl Engine {
     pub(super) fn begin_flush(&mut self) -> Result<Option<FlushPlan>> {
         self.writable()?;
         self.resolve_vault_unknown()?;
-        self.write_out_all()?;
+        // Format 6: the buffered cells go into the frame, whose one sync
+        // makes both durable (its authentication covers them, so a frame
+        // whose cells did not all land does not open). The frame must fit
+        // the log segment with its cells: else they go to a data segment
+        // and the commit below starts a fresh log.
+        let cells_at = self.log_offset + log::FRAME_HEADER_V3 as u64;
+        let cells_bound = (self.dirty_bytes + self.dirty.len() * TAG_LEN) as u64;
+        if self.log.format == LogFormat::V3
+            && !self.dirty.is_empty()
+            && cells_at + cells_bound <= self.ctx.medium.segment_capacity()
+        {
+            self.frame_cells = Some(FrameCells {
+                segment: self.log.segment,
+                at: cells_at,
+                bytes: Vec::with_capacity(cells_bound as usize),
+            });
+        }
+        let written = self.write_out_all();
+        let cells = self.frame_cells.take().map(|c| c.bytes).unwrap_or_default();
+        if let Err(e) = written {
+            if !cells.is_empty() {
+                // The tree names cells of a frame that will not be written.
+                self.poisoned = Some(format!("sealing cells into the intent log: {e}"));
+            }
+            return Err(e);
+        }
         for &oid in self.size_dirty.keys() {
             let record = self.record(oid)?;
             self.pending.push(Op::SetObject { oid, record });
@@ -594,37 +645,98 @@ impl Engine {
         // (a keyed hash forest's new tree) go first in the same batch.
         let journal = self.ctx.scheme.journal();
         let logged = journal.len();
-        let frame = if journal.is_empty() {
-            log::seal_frame(&keys, self.log_seq, &self.pending)
+        let with_journal;
+        let ops: &[Op] = if journal.is_empty() {
+            &self.pending
         } else {
-            let mut ops: Vec<Op> = journal.into_iter().map(Op::Scheme).collect();
-            ops.extend(self.pending.iter().cloned());
-            log::seal_frame(&keys, self.log_seq, &ops)
+            with_journal = journal
+                .into_iter()
+                .map(Op::Scheme)
+                .chain(self.pending.iter().cloned())
+                .collect::<Vec<_>>();
+            &with_journal
         };
-        let tally = log::seal_tally(
-            &keys,
-            self.log_seq + 1,
-            self.log_offset + frame.len() as u64,
-        );
+        let (head, frame) = match self.log.format {
+            LogFormat::V3 => {
+                let frame = log::seal_frame_v3(&keys, self.log_seq, cells, ops);
+                (frame.head, frame.batch)
+            }
+            _ => (Vec::new(), log::seal_frame(&keys, self.log_seq, ops)),
+        };
+        let frame_end = self.log_offset + (head.len() + frame.len()) as u64;
+        let tally_due = self.log.format != LogFormat::V3
+            || in_order
+            || match self.tally_cadence {
+                TallyCadence::EveryFlush => true,
+                TallyCadence::Every(interval) => self.tally_written_at.elapsed() >= interval,
+                TallyCadence::EveryNthFrame(n) => (self.log_seq + 1).is_multiple_of(n.max(1)),
+            };
+        let tally = tally_due.then(|| log::seal_tally(&keys, self.log_seq + 1, frame_end));
         let capacity = self.ctx.medium.segment_capacity();
-        if self.log.format != LogFormat::V2
-            || self.log_offset + frame.len() as u64 > capacity
-            || self.tally_offset + tally.len() as u64 > capacity
-        {
+        let tally_len = tally.as_ref().map_or(0, |t| t.len() as u64);
+        let has_cells = head.len() > log::FRAME_HEADER_V3;
+        let sync_data = self.unsynced && !in_order;
+        let fits = self.log.format != LogFormat::V1
+            && frame_end <= capacity
+            && self.tally_offset + tally_len <= capacity;
+        // With no data sync to wait for, the whole frame goes down now (one
+        // append); else its head alone.
+        let (head, frame) = if has_cells && !sync_data && fits {
+            ([head, frame].concat(), Vec::new())
+        } else {
+            (head, frame)
+        };
+        if self.log.format == LogFormat::V3 && frame_end > self.log_reserved {
+            // A hint (the append reports what fails): room for the next
+            // megabyte of frames, so that their syncs change no metadata.
+            let upto = (frame_end + LOG_RESERVE).min(capacity);
+            if self.ctx.medium.reserve(self.log.segment, upto).is_ok() {
+                self.log_reserved = upto;
+            }
+        }
+        if has_cells {
+            // The cells go down now, under the lock, so that reads find them
+            // where the tree says; the batch may have to wait for a data
+            // sync. (Should the frame not fit after all, the commit below
+            // syncs them with the tree that names them.)
+            if let Err(e) = self
+                .ctx
+                .medium
+                .append(self.log.segment, self.log_offset, &head)
+            {
+                return self.poison("appending cells to the intent log", e);
+            }
+            self.log_holds_cells = true;
+        }
+        if !fits {
             // A full log (or a format-1 epoch, which has no tally): the
             // commit puts everything in the tree and starts a fresh log.
             self.commit()?;
             return Ok(None);
         }
-        let (frame_len, tally_len) = (frame.len() as u64, tally.len() as u64);
+        let (offset, frame) = if has_cells {
+            (self.log_offset + head.len() as u64, frame)
+        } else {
+            (self.log_offset, [head, frame].concat())
+        };
+        let tally = tally.map(|record| {
+            let place = (
+                self.log.tally.expect("a format-2 log has a tally"),
+                self.tally_offset,
+                record,
+            );
+            self.tally_offset += tally_len;
+            self.tally_counts = self.log_seq + 1;
+            self.tally_written_at = std::time::Instant::now();
+            place
+        });
         let plan = FlushPlan {
-            sync_data: self.unsynced && !in_order,
+            sync_data,
             log: Some(LogAppend {
                 segment: self.log.segment,
-                offset: self.log_offset,
+                offset,
                 frame,
-                tally_segment: self.log.tally.expect("a format-2 log has a tally"),
-                tally_offset: self.tally_offset,
+                has_frame: true,
                 tally,
             }),
             in_order,
@@ -634,14 +746,58 @@ impl Engine {
         };
         // The frame's place is taken now: ops accepted while its I/O runs
         // go to the next frame, after it. Should the I/O fail, the store
-        // is poisoned, and replay stops at the last tally that counts a
-        // frame.
-        self.log_offset += frame_len;
-        self.tally_offset += tally_len;
+        // is poisoned, and replay stops at the last frame that opens.
+        self.log_offset = frame_end;
         self.log_seq += 1;
         self.pending.clear();
         self.size_dirty.clear();
         Ok(Some(plan))
+    }
+
+    /// The store's timer: a tally record for the frames a format-6 log's
+    /// tally has not counted for longer than its interval (flushes stopped
+    /// coming). `None` when none is due.
+    pub(super) fn begin_tally(&mut self) -> Option<FlushPlan> {
+        let TallyCadence::Every(interval) = self.tally_cadence else {
+            return None;
+        };
+        if self.log.format != LogFormat::V3
+            || self.tally_counts == self.log_seq
+            || self.tally_written_at.elapsed() < interval
+            || self.writable().is_err()
+        {
+            return None;
+        }
+        let keys = LogKeys {
+            provider: &*self.ctx.provider,
+            epoch_key: &self.epoch_key,
+            store_id: &self.store_id,
+            epoch: self.epoch,
+        };
+        let record = log::seal_tally(&keys, self.log_seq, self.log_offset);
+        let tally_len = record.len() as u64;
+        if self.tally_offset + tally_len > self.ctx.medium.segment_capacity() {
+            return None;
+        }
+        let place = (self.log.tally?, self.tally_offset, record);
+        self.tally_offset += tally_len;
+        self.tally_counts = self.log_seq;
+        self.tally_written_at = std::time::Instant::now();
+        Some(FlushPlan {
+            sync_data: false,
+            log: Some(LogAppend {
+                segment: self.log.segment,
+                offset: self.log_offset,
+                frame: Vec::new(),
+                has_frame: false,
+                tally: Some(place),
+            }),
+            in_order: self.ctx.medium.keeps_append_order(),
+            appends: self.appends,
+            logged: 0,
+            // Not a flush: the ops waiting for the next frame are not in it.
+            number: 0,
+        })
     }
 
     /// Numbers a flush being made ([`Engine::flushes_begun`]).
@@ -854,7 +1010,7 @@ impl Engine {
         let log = LogPlace {
             segment: self.alloc_segment(),
             tally: Some(self.alloc_segment()),
-            format: LogFormat::V2,
+            format: LogFormat::V3,
         };
         let header = Header {
             version: FORMAT_VERSION,
@@ -1028,7 +1184,7 @@ impl Engine {
         carry: Carry,
         mut doomed: Vec<SegmentId>,
     ) {
-        let old_log = self.log;
+        let (old_log, old_log_end) = (self.log, self.log_offset);
         // The new state holds the keys the scheme made before the commit:
         // the new epoch's log need not carry them again.
         self.ctx.scheme.committed();
@@ -1039,6 +1195,8 @@ impl Engine {
         self.log_offset = 0;
         self.tally_offset = 0;
         self.log_seq = 0;
+        self.tally_counts = 0;
+        self.log_reserved = 0;
         match carry {
             Carry::Nothing => {
                 self.pending.clear();
@@ -1060,7 +1218,15 @@ impl Engine {
         // Space only: the old log and unreachable segments are already
         // unreadable. Deleting them is slow (a file system frees their
         // blocks): a thread of its own does it, outside the lock.
-        doomed.push(old_log.segment);
+        // A format-6 log that carries cells the tree names is the cleaner's,
+        // like a data segment (its frames died with the old epoch key).
+        if std::mem::take(&mut self.log_holds_cells) {
+            // Without the room reserved for frames that will not come (a
+            // hint: the zeros would only cost space until the cleaner).
+            let _ = self.ctx.medium.finish_segment(old_log.segment, old_log_end);
+        } else {
+            doomed.push(old_log.segment);
+        }
         doomed.extend(old_log.tally);
         let current = self.data_segment.map(|(s, _)| s);
         doomed.retain(|&seg| Some(seg) != current);

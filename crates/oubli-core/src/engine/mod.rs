@@ -31,7 +31,7 @@ pub use snapshot::{SnapshotInfo, SnapshotUsage};
 use write::DirtyCell;
 
 use crate::error::{read_error, Error, Result};
-use crate::log::{self, LogFormat, LogKeys, LogPlace, Op};
+use crate::log::{self, LogFormat, LogKeys, LogPlace, Op, TallyCadence};
 use crate::medium::{Medium, SegmentId, Slot};
 use crate::superblock::{self, Body, Header, FORMAT_VERSION};
 use crate::tree::{
@@ -63,6 +63,21 @@ pub const SMALL_CELL_SIZE: u32 = 4096;
 const DATA_SEGMENT_TARGET: u64 = 64 << 20;
 /// Buffered (not yet sealed) data above which the buffer is written out.
 const WRITE_BUFFER_MAX: usize = 32 << 20;
+/// Writes up to this size are buffered even where they cover whole cells,
+/// and a cell a write completes stays buffered while the buffer holds less
+/// than [`SMALL_WRITES_BUFFERED`]: the next flush seals them into its
+/// intent-log frame, which one sync makes durable (format 6, DESIGN §5),
+/// where a sealed cell in a data segment costs that segment a sync of its
+/// own. A database's page write followed by `fsync` is one sync.
+const SMALL_WRITE: usize = 16 << 10;
+/// See [`SMALL_WRITE`]: past this much buffered, whole cells are sealed
+/// into a data segment as they complete (a stream has no use for them in
+/// memory).
+const SMALL_WRITES_BUFFERED: usize = 1 << 20;
+/// How far ahead of a frame the log segment is prepared for appends
+/// ([`Medium::reserve`]): zeros the file system writes once per this many
+/// bytes of frames, instead of new metadata with every flush.
+const LOG_RESERVE: u64 = 1 << 20;
 /// Memory a buffered cell takes beyond its bytes (its map entry, its
 /// allocations): counted against [`WRITE_BUFFER_MAX`], so that a buffer of
 /// many tiny files is bounded too.
@@ -127,6 +142,11 @@ pub struct Options {
     /// commit asked for is still in flight waits for that one to land, so
     /// that both bounds hold.
     pub background_commits: bool,
+    /// How often the intent log's tally is brought up to date (format 6;
+    /// a format-2 log keeps one record per flush): every flush costs two
+    /// syncs, once a second one, and the tally's check against a truncated
+    /// or damaged log then covers the frames older than a second (DESIGN §5).
+    pub tally: TallyCadence,
 }
 
 /// When the store runs the cleaner by itself: a run starts right after a
@@ -194,6 +214,7 @@ impl Default for Options {
             vault_failure: VaultFailurePolicy::default(),
             cleaner: CleanerPolicy::default(),
             background_commits: false,
+            tally: TallyCadence::default(),
         }
     }
 }
@@ -323,6 +344,20 @@ struct Engine {
     log_offset: u64,
     tally_offset: u64,
     log_seq: u64,
+    /// Whether this epoch's log carries cells (format 6): then the commit
+    /// leaves it to the cleaner instead of deleting it.
+    log_holds_cells: bool,
+    /// How far the medium was asked to prepare the log segment for
+    /// appends ([`Medium::reserve`]).
+    log_reserved: u64,
+    /// While a flush seals the buffered cells into its frame (format 6):
+    /// where they go instead of the data segment.
+    frame_cells: Option<FrameCells>,
+    /// How often the tally is brought up to date, the batches its last
+    /// record counts, and when that record was made.
+    tally_cadence: TallyCadence,
+    tally_counts: u64,
+    tally_written_at: std::time::Instant,
     /// Ops applied to the tree but not yet in the log.
     pending: Vec<Op>,
     /// Units appended since the last sync.
@@ -853,6 +888,12 @@ impl Engine {
 
     /// Appends a sealed unit to the current data segment; returns its address.
     fn append_unit(&mut self, sealed: &[u8]) -> Result<u64> {
+        if let Some(cells) = &mut self.frame_cells {
+            // Into the frame being sealed: its sync covers them (format 6).
+            let at = cells.at + cells.bytes.len() as u64;
+            cells.bytes.extend_from_slice(sealed);
+            return Ok(addr(cells.segment, at as u32));
+        }
         let need = sealed.len() as u64;
         let (seg, off) = match self.data_segment {
             Some((seg, off)) if off + need <= self.segment_target => (seg, off),
@@ -897,4 +938,12 @@ fn each_unit(tree: &Tree, src: &dyn NodeSource, f: &mut dyn FnMut(u64, u64)) -> 
         }
         Ok(())
     })
+}
+
+/// The cells a format-6 flush seals into its frame: they are laid out from
+/// `at` in the log segment `segment`.
+pub(super) struct FrameCells {
+    segment: SegmentId,
+    at: u64,
+    bytes: Vec<u8>,
 }

@@ -117,10 +117,10 @@ impl Store {
             found.push(header.epoch);
             if header.epoch == record.epoch {
                 let (_, body) = superblock::open(&*provider, &record.key, &bytes)?;
-                chosen = Some((slot, body));
+                chosen = Some((slot, (header.version, body)));
             }
         }
-        let (slot, body) = match chosen {
+        let (slot, (header_version, body)) = match chosen {
             Some(c) => c,
             None if found.is_empty() && !any_ours => {
                 let any = [Slot::A, Slot::B].iter().any(|s| {
@@ -179,7 +179,8 @@ impl Store {
         engine.next_oid = body.next_oid;
         engine.next_segment = next_segment;
         engine.segment_target = segment_target;
-        engine.log = body.log_place();
+        engine.log = body.log_place(header_version);
+        engine.tally_cadence = options.tally;
         engine.live_bytes = body.live_bytes;
         engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
@@ -205,7 +206,7 @@ impl Store {
         // A commit at once puts what was replayed in the tree and starts a
         // fresh log: the old one may end in a torn frame that nothing can be
         // appended after. A format-1 epoch is upgraded the same way.
-        if !engine.read_only && (log_exists || engine.log.format != LogFormat::V2) {
+        if !engine.read_only && (log_exists || engine.log.format == LogFormat::V1) {
             engine.commit()?;
         }
         // The recovery commit's deletions are done before the store is
@@ -255,11 +256,17 @@ impl Engine {
             log: LogPlace {
                 segment: 0,
                 tally: None,
-                format: LogFormat::V2,
+                format: LogFormat::V3,
             },
             log_offset: 0,
             tally_offset: 0,
             log_seq: 0,
+            log_holds_cells: false,
+            log_reserved: 0,
+            frame_cells: None,
+            tally_cadence: TallyCadence::default(),
+            tally_counts: 0,
+            tally_written_at: std::time::Instant::now(),
             pending: Vec::new(),
             unsynced: false,
             appends: 0,
@@ -320,8 +327,14 @@ impl Engine {
         self.log_seq = read.batches.len() as u64;
         self.log_offset = read.end;
         self.tally_offset = read.tally_end;
+        self.tally_counts = read.acknowledged;
         for batch in read.batches {
             for op in batch {
+                // A cell a format-6 frame carried: the commit that follows
+                // must keep the log segment.
+                if let Op::PutCell { cref, .. } = &op {
+                    self.log_holds_cells |= addr_segment(cref.addr) == self.log.segment;
+                }
                 self.apply(op, false)?;
             }
         }

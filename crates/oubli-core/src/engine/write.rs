@@ -110,7 +110,8 @@ impl Store {
     /// Seals every whole, aligned cell of a write under a fresh key, before
     /// the engine lock is taken.
     pub(super) fn seal_whole_cells(&self, oid: u64, offset: u64, data: &[u8]) -> Option<SealedRun> {
-        if data.len() < SMALL_CELL_SIZE.min(self.shared.cell_size) as usize {
+        // A small write is buffered, whole cells or not (`SMALL_WRITE`).
+        if data.len() <= SMALL_WRITE {
             return None;
         }
         let end = offset.checked_add(data.len() as u64)?;
@@ -554,7 +555,9 @@ impl Engine {
         holes::remove(&mut gaps, from, to);
         let full = start == 0 && bytes.len() as u64 == u64::from(cell_size);
         self.set_dirty(oid, cell, start, bytes, gaps);
-        if full {
+        // A whole cell has nothing more to wait for; the next flush's frame
+        // takes a few (`SMALL_WRITES_BUFFERED`), a stream's go now.
+        if full && self.dirty_bytes > SMALL_WRITES_BUFFERED {
             self.write_out(oid, cell)?;
         }
         Ok(replaced_sealed)

@@ -78,6 +78,7 @@ pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.extend(["--password-file".into(), v.into()])
             }
             Some(("on-vault-failure", v)) => out.extend(["--on-vault-failure".into(), v.into()]),
+            Some(("log-tally", v)) => out.extend(["--log-tally".into(), v.into()]),
             _ if opt.is_empty() => {}
             _ => passed.push(opt.to_string()),
         }

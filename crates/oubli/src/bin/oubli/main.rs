@@ -66,6 +66,17 @@ struct Cli {
         default_value = "keep-open"
     )]
     on_vault_failure: session::OnVaultFailure,
+    /// How often the intent log's tally catches up with its frames:
+    /// `every-flush`, or SECONDS (mount and serve)
+    #[arg(
+        long,
+        global = true,
+        env = "OUBLI_LOG_TALLY",
+        value_name = "WHEN",
+        value_parser = session::parse_log_tally,
+        default_value = "1"
+    )]
+    log_tally: oubli::TallyCadence,
     #[command(subcommand)]
     command: Command,
 }
@@ -301,6 +312,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         cli.vault,
         cli.password_file,
         cli.on_vault_failure,
+        cli.log_tally,
     )?;
     match cli.command {
         Command::Init {

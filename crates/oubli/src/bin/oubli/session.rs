@@ -45,6 +45,25 @@ pub struct Global {
     pub password_file: Option<PathBuf>,
     /// What long-running commands (mount, serve) do when the vault fails a commit.
     pub vault_failure: VaultFailurePolicy,
+    /// `--log-tally`.
+    pub log_tally: oubli::TallyCadence,
+}
+
+/// `--log-tally`: `every-flush` (a tally record, and a second sync, with
+/// every flush) or whole seconds (at most that long behind the frames).
+pub fn parse_log_tally(text: &str) -> Result<oubli::TallyCadence, String> {
+    if text == "every-flush" {
+        return Ok(oubli::TallyCadence::EveryFlush);
+    }
+    match text.parse::<u64>() {
+        Ok(0) => Ok(oubli::TallyCadence::EveryFlush),
+        Ok(secs) => Ok(oubli::TallyCadence::Every(std::time::Duration::from_secs(
+            secs,
+        ))),
+        Err(_) => Err(format!(
+            "{text:?}: expected `every-flush` or a number of seconds"
+        )),
+    }
 }
 
 /// `--on-vault-failure`: what a long-running command does when the vault
@@ -152,6 +171,7 @@ impl Global {
         vault: Option<PathBuf>,
         password_file: Option<PathBuf>,
         on_vault_failure: OnVaultFailure,
+        log_tally: oubli::TallyCadence,
     ) -> Result<Global, Failure> {
         let vault = vault_address(vault);
         let (store, remote, nand) = resolve_store(&store.unwrap_or_else(default_store))?;
@@ -164,6 +184,7 @@ impl Global {
             vault,
             password_file,
             vault_failure: on_vault_failure.into(),
+            log_tally,
         })
     }
 
@@ -392,6 +413,7 @@ impl Global {
             policy,
             vault_failure: self.vault_failure,
             background_commits: true,
+            tally: self.log_tally,
             ..Options::default()
         }
     }

@@ -143,9 +143,11 @@ pub struct Options {
     /// that both bounds hold.
     pub background_commits: bool,
     /// How often the intent log's tally is brought up to date (format 6;
-    /// a format-2 log keeps one record per flush): every flush costs two
-    /// syncs, once a second one, and the tally's check against a truncated
-    /// or damaged log then covers the frames older than a second (DESIGN §5).
+    /// a format-2 log keeps one record per flush). A record with every
+    /// flush costs each flush a second sync; the default, at most one a
+    /// second, leaves the other flushes one sync, and the tally's check
+    /// against a truncated or damaged log then covers the frames older
+    /// than a second (DESIGN §5).
     pub tally: TallyCadence,
 }
 

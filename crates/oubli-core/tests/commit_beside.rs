@@ -826,18 +826,18 @@ fn flushes_from_many_threads_never_sync_beside_each_other() {
 }
 
 /// Callers that queue behind a flush in flight are served by the first
-/// flush made after they called (group commit): with eight threads writing
-/// and flushing back to back, many calls find their writes durable when
-/// their turn comes (64-80 flushes for 160 calls here), and every flushed
-/// write survives a power cut. Fails (121-128 flushes) when a caller makes
-/// its own flush whatever landed while it waited; `writes_go_on_while_a_flush_syncs...` fails when
+/// flush made after they called (group commit): with sixteen threads
+/// writing and flushing back to back, many calls find their writes durable
+/// when their turn comes (72-101 flushes for 160 calls here), and every
+/// flushed write survives a power cut. Fails (110-114 flushes) when a
+/// caller makes its own flush whatever landed while it waited; `writes_go_on_while_a_flush_syncs...` fails when
 /// a flush that began before the call is taken to serve it.
 #[test]
 fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
-    const THREADS: u8 = 8;
-    const CALLS: u32 = 20;
+    const THREADS: u8 = 16;
+    const CALLS: u32 = 10;
     let mut gate = MediumGate::new(MemMedium::new(), Gated::Syncs);
-    gate.sync_delay = Duration::from_millis(2);
+    gate.sync_delay = Duration::from_millis(6);
     let medium = Arc::new(gate);
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
@@ -869,8 +869,12 @@ fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
     let oids: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     let flushes = (medium.syncs() - before) / per_flush;
     let calls = usize::from(THREADS) * CALLS as usize;
+    // Format 6 flushes make one sync (three before), so a flush is over
+    // sooner and fewer callers queue behind it: 16 writers and 6 ms syncs
+    // keep the queue. Measured on 2 busy CPUs: 72–101 flushes for 160
+    // calls, 110–114 with the grouping check removed.
     assert!(
-        flushes * 8 <= calls * 5,
+        flushes * 32 <= calls * 21,
         "{flushes} flushes made for {calls} calls: callers queued behind a flush were not served by the next"
     );
     assert_eq!(medium.most_syncs_at_once(), 1, "two flushes synced at once");

@@ -473,16 +473,6 @@ pub struct FrameV3 {
     pub batch: Vec<u8>,
 }
 
-impl FrameV3 {
-    pub fn len(&self) -> u64 {
-        (self.head.len() + self.batch.len()) as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// Seals batch `seq` into a format-6 frame carrying `cells` (sealed units,
 /// laid out from [`FRAME_HEADER_V3`] bytes into the frame, where the
 /// batch's `PutCell`s point).

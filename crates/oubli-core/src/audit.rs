@@ -163,77 +163,67 @@ pub fn recover_with_shares(
     let mut out = Recovery::default();
     let mut found = Found::default();
     let mut seen_sb = HashSet::new();
-    for bytes in superblocks {
-        let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
+    for (bytes, header, body, rec) in opened_superblocks(superblocks, keys, &*provider) {
+        // The same superblock handed twice (two copies of the medium) is walked once.
+        if !seen_sb.insert((header.epoch, bytes)) {
+            continue;
+        }
+        let Some((scheme, ops)) = open_epoch(
+            &medium,
+            &provider,
+            rec,
+            (header.version, &body),
+            &mut out.failures,
+        ) else {
             continue;
         };
-        for rec in keys {
-            if rec.store_id != header.store_id || rec.epoch != header.epoch {
-                continue;
+        let ctx = &epoch_ctx(&medium, &provider, scheme);
+        out.epochs_opened.insert(header.epoch);
+        out.cell_size = body.cell_size;
+        let source = Source::Tree(header.epoch);
+        if let Some((root, level)) = &body.root {
+            walk(
+                ctx,
+                &Child::Disk(root.clone()),
+                *level,
+                source,
+                &mut out,
+                &mut found,
+            );
+        }
+        // Every snapshot the epoch kept (in its table, then in its log),
+        // each its own source: versions of one object are reassembled apart.
+        let mut snapshot_roots = Vec::new();
+        if let Some(catalog) = &body.catalog {
+            match crate::engine::read_catalog(ctx, catalog) {
+                Ok(c) => snapshot_roots.extend(c.snapshots.into_iter().filter_map(|r| r.root)),
+                Err(_) => out.failures += 1,
             }
-            let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
-                continue;
-            };
-            if !seen_sb.insert((header.epoch, bytes.clone())) {
-                continue;
-            }
-            let Some((scheme, ops)) = open_epoch(
-                &medium,
-                &provider,
-                rec,
-                (header.version, &body),
-                &mut out.failures,
-            ) else {
-                continue;
-            };
-            let ctx = &epoch_ctx(&medium, &provider, scheme);
-            out.epochs_opened.insert(header.epoch);
-            out.cell_size = body.cell_size;
-            let source = Source::Tree(header.epoch);
-            if let Some((root, level)) = &body.root {
-                walk(
-                    ctx,
-                    &Child::Disk(root.clone()),
-                    *level,
-                    source,
-                    &mut out,
-                    &mut found,
-                );
-            }
-            // Every snapshot the epoch kept (in its table, then in its log),
-            // each its own source: versions of one object are reassembled apart.
-            let mut snapshot_roots = Vec::new();
-            if let Some(catalog) = &body.catalog {
-                match crate::engine::read_catalog(ctx, catalog) {
-                    Ok(c) => snapshot_roots.extend(c.snapshots.into_iter().filter_map(|r| r.root)),
-                    Err(_) => out.failures += 1,
+        }
+        // The epoch's intent log: every batch that opens, damaged or not.
+        for op in ops {
+            match op {
+                log::Op::PutCell { oid, cell, cref } => found.cells.push((
+                    oid,
+                    cell,
+                    cref,
+                    Source::Log(header.epoch),
+                    ctx.scheme.clone(),
+                )),
+                log::Op::SetShare { oid, share } => {
+                    found.shares.insert(oid, share);
                 }
-            }
-            // The epoch's intent log: every batch that opens, damaged or not.
-            for op in ops {
-                match op {
-                    log::Op::PutCell { oid, cell, cref } => found.cells.push((
-                        oid,
-                        cell,
-                        cref,
-                        Source::Log(header.epoch),
-                        ctx.scheme.clone(),
-                    )),
-                    log::Op::SetShare { oid, share } => {
-                        found.shares.insert(oid, share);
-                    }
-                    log::Op::SetCellSize { oid, cell_size } => {
-                        found.cell_sizes.insert(oid, cell_size);
-                    }
-                    // A snapshot taken in the epoch: its root is in the log.
-                    log::Op::PutSnapshot { snapshot } => snapshot_roots.extend(snapshot.root),
-                    _ => {}
+                log::Op::SetCellSize { oid, cell_size } => {
+                    found.cell_sizes.insert(oid, cell_size);
                 }
+                // A snapshot taken in the epoch: its root is in the log.
+                log::Op::PutSnapshot { snapshot } => snapshot_roots.extend(snapshot.root),
+                _ => {}
             }
-            for (n, (root, level)) in snapshot_roots.into_iter().enumerate() {
-                let source = Source::Snapshot(header.epoch, n as u32);
-                walk(ctx, &Child::Disk(root), level, source, &mut out, &mut found);
-            }
+        }
+        for (n, (root, level)) in snapshot_roots.into_iter().enumerate() {
+            let source = Source::Snapshot(header.epoch, n as u32);
+            walk(ctx, &Child::Disk(root), level, source, &mut out, &mut found);
         }
     }
     let cells = std::mem::take(&mut found.cells);
@@ -254,6 +244,37 @@ pub fn recover_with_shares(
         open_cell(&ctx, at, &cref, source, share, &mut out);
     }
     out
+}
+
+/// Every superblock of `superblocks` that a record of `keys` opens (its
+/// store and epoch, then its key): the bytes, the header and body, and the
+/// record. A superblock two records open comes once per record.
+fn opened_superblocks<'a>(
+    superblocks: &'a [Vec<u8>],
+    keys: &'a [VaultRecord],
+    provider: &'a dyn CryptoProvider,
+) -> impl Iterator<
+    Item = (
+        &'a [u8],
+        superblock::Header,
+        superblock::Body,
+        &'a VaultRecord,
+    ),
+> + 'a {
+    superblocks.iter().flat_map(move |bytes| {
+        let header = superblock::parse_header(bytes)
+            .ok()
+            .flatten()
+            .map(|(h, _)| h);
+        keys.iter().filter_map(move |rec| {
+            let header = header.as_ref()?;
+            if rec.store_id != header.store_id || rec.epoch != header.epoch {
+                return None;
+            }
+            let (_, body) = superblock::open(provider, &rec.key, bytes).ok()?;
+            Some((bytes.as_slice(), *header, body, rec))
+        })
+    })
 }
 
 /// The key scheme of the epoch `rec` opens, with the keys its log added,
@@ -311,51 +332,40 @@ pub fn rederive(
     provider: Arc<dyn CryptoProvider>,
 ) -> Recovery {
     let mut out = Recovery::default();
-    for bytes in superblocks {
-        let Ok(Some((header, _))) = superblock::parse_header(bytes) else {
+    for (_, header, body, rec) in opened_superblocks(superblocks, current, &*provider) {
+        let Some((scheme, _)) = open_epoch(
+            &medium,
+            &provider,
+            rec,
+            (header.version, &body),
+            &mut out.failures,
+        ) else {
             continue;
         };
-        for rec in current {
-            if rec.store_id != header.store_id || rec.epoch != header.epoch {
-                continue;
-            }
-            let Ok((_, body)) = superblock::open(&*provider, &rec.key, bytes) else {
-                continue;
-            };
-            let Some((scheme, _)) = open_epoch(
-                &medium,
-                &provider,
-                rec,
-                (header.version, &body),
-                &mut out.failures,
-            ) else {
+        if !scheme.keeps_keys_outside_tree() {
+            continue;
+        }
+        out.epochs_opened.insert(header.epoch);
+        out.cell_size = body.cell_size;
+        for u in known {
+            let Ok(key) = scheme.resolve(&u.key) else {
                 continue;
             };
-            if !scheme.keeps_keys_outside_tree() {
-                continue;
-            }
-            out.epochs_opened.insert(header.epoch);
-            out.cell_size = body.cell_size;
-            for u in known {
-                let Ok(key) = scheme.resolve(&u.key) else {
-                    continue;
-                };
-                let len = u.plaintext.len() as u32;
-                if let Ok(plaintext) = open_unit(
-                    &*medium,
-                    &*provider,
-                    &key,
-                    u.addr,
-                    u64::from(len) + oubli_crypto::TAG_LEN as u64,
-                    &cell_aad(u.oid, u.cell, u.start, len),
-                    &String::new,
-                ) {
-                    out.units.push(Recovered {
-                        plaintext,
-                        key: u.key.clone(),
-                        ..*u
-                    });
-                }
+            let len = u.plaintext.len() as u32;
+            if let Ok(plaintext) = open_unit(
+                &*medium,
+                &*provider,
+                &key,
+                u.addr,
+                u64::from(len) + oubli_crypto::TAG_LEN as u64,
+                &cell_aad(u.oid, u.cell, u.start, len),
+                &String::new,
+            ) {
+                out.units.push(Recovered {
+                    plaintext,
+                    key: u.key.clone(),
+                    ..*u
+                });
             }
         }
     }

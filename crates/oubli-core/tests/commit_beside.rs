@@ -580,8 +580,9 @@ enum Gated {
 struct MediumGate {
     inner: MemMedium,
     gated: Gated,
-    /// Held, and how many calls wait at the gate.
-    gate: std::sync::Mutex<(bool, usize)>,
+    /// Held, how many calls wait at the gate, and how many of them it
+    /// lets through while held.
+    gate: std::sync::Mutex<(bool, usize, usize)>,
     changed: std::sync::Condvar,
     /// Syncs running now, the most that ever ran at once, and how many ran.
     syncing: std::sync::Mutex<(usize, usize, usize)>,
@@ -594,7 +595,7 @@ impl MediumGate {
         MediumGate {
             inner,
             gated,
-            gate: std::sync::Mutex::new((false, 0)),
+            gate: std::sync::Mutex::new((false, 0, 0)),
             changed: std::sync::Condvar::new(),
             syncing: std::sync::Mutex::new((0, 0, 0)),
             sync_delay: Duration::ZERO,
@@ -606,6 +607,16 @@ impl MediumGate {
     fn release(&self) {
         self.gate.lock().unwrap().0 = false;
         self.changed.notify_all();
+    }
+    /// Lets the next `n` calls through a held gate, and waits until they
+    /// are through (it stays held for the ones after).
+    fn let_through(&self, n: usize) {
+        let mut g = self.gate.lock().unwrap();
+        g.2 += n;
+        self.changed.notify_all();
+        while g.2 > 0 {
+            g = self.changed.wait(g).unwrap();
+        }
     }
     /// Waits until a call is held at the gate (panics after 20 s: the
     /// call the test expects never came).
@@ -638,10 +649,14 @@ impl MediumGate {
         if g.0 {
             g.1 += 1;
             self.changed.notify_all();
-            while g.0 {
+            while g.0 && g.2 == 0 {
                 g = self.changed.wait(g).unwrap();
             }
+            if g.0 {
+                g.2 -= 1; // let through while held
+            }
             g.1 -= 1;
+            self.changed.notify_all();
         }
     }
 }
@@ -826,22 +841,24 @@ fn flushes_from_many_threads_never_sync_beside_each_other() {
 }
 
 /// Callers that queue behind a flush in flight are served by the first
-/// flush made after they called (group commit): with sixteen threads
-/// writing and flushing back to back, many calls find their writes durable
-/// when their turn comes (72-101 flushes for 160 calls here), and every
-/// flushed write survives a power cut. Fails (110-114 flushes) when a
-/// caller makes its own flush whatever landed while it waited; `writes_go_on_while_a_flush_syncs...` fails when
-/// a flush that began before the call is taken to serve it.
+/// flush made after they called (group commit), even when more writes
+/// arrived meanwhile. One flush is held at its sync; sixteen threads each
+/// write and call flush, so all of them queue behind it. It is let
+/// through, one of the sixteen makes the next flush (held in turn), a
+/// seventeenth write arrives beside it, and then the gate opens: the
+/// other fifteen callers' writes are durable and they return, so two
+/// flushes were made in all. Fails (a third flush, for the late write)
+/// when a caller makes its own flush whatever landed while it waited;
+/// `writes_go_on_while_a_flush_syncs...` fails when a flush that began
+/// before the call is taken to serve it. Every acknowledged write
+/// survives a power cut.
 #[test]
 fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
     const THREADS: u8 = 16;
-    const CALLS: u32 = 10;
-    let mut gate = MediumGate::new(MemMedium::new(), Gated::Syncs);
-    gate.sync_delay = Duration::from_millis(6);
-    let medium = Arc::new(gate);
+    let medium = Arc::new(MediumGate::new(MemMedium::new(), Gated::Syncs));
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
-    // The syncs one flush of one write makes on this medium.
+    // The syncs one flush of one small write makes on this medium.
     let probe = store.create_object(b"probe").unwrap();
     store.write(probe, 0, b"probe").unwrap();
     store.flush().unwrap();
@@ -851,45 +868,74 @@ fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
     let per_flush = medium.syncs() - before;
     assert!(per_flush >= 1);
 
+    let oids: Vec<u64> = (0..THREADS)
+        .map(|t| store.create_object(&[t]).unwrap())
+        .collect();
+    let late = store.create_object(b"late").unwrap();
     let before = medium.syncs();
-    let writers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let s = store.clone();
+    // The flush in flight: held at its first sync.
+    store.write(probe, 0, b"first").unwrap();
+    medium.hold();
+    let first = {
+        let s = store.clone();
+        std::thread::spawn(move || s.flush())
+    };
+    medium.wait_until_entered();
+    // Each writer's write goes on beside the held flush; its flush then
+    // queues behind it. The writers say when their write is done; the
+    // step from there to the queue is a function call, given 200 ms.
+    let (wrote, written) = mpsc::channel();
+    let writers: Vec<_> = oids
+        .iter()
+        .enumerate()
+        .map(|(t, &oid)| {
+            let (s, wrote) = (store.clone(), wrote.clone());
             std::thread::spawn(move || {
-                let oid = s.create_object(&[t]).unwrap();
-                for i in 0..CALLS {
-                    let block = [t.wrapping_mul(16).wrapping_add(i as u8); 512];
-                    s.write(oid, u64::from(i) * 512, &block).unwrap();
-                    s.flush().unwrap();
-                }
-                oid
+                s.write(oid, 0, &[t as u8; 512]).unwrap();
+                wrote.send(()).unwrap();
+                s.flush().unwrap();
             })
         })
         .collect();
-    let oids: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for _ in 0..THREADS {
+        written
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a write beside the held flush");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        medium.waiting(),
+        1,
+        "only the first flush reached the medium"
+    );
+    // The first flush goes through; the next, made by one of the queued
+    // callers for all sixteen writes, is held in turn, and a write arrives
+    // beside it that no queued caller needs.
+    medium.let_through(per_flush);
+    first.join().unwrap().unwrap();
+    medium.wait_until_entered();
+    store.write(late, 0, b"late").unwrap();
+    medium.release();
+    for w in writers {
+        w.join().unwrap();
+    }
     let flushes = (medium.syncs() - before) / per_flush;
-    let calls = usize::from(THREADS) * CALLS as usize;
-    // Format 6 flushes make one sync (three before), so a flush is over
-    // sooner and fewer callers queue behind it: 16 writers and 6 ms syncs
-    // keep the queue. Measured on 2 busy CPUs: 72–101 flushes for 160
-    // calls, 110–114 with the grouping check removed.
-    assert!(
-        flushes * 32 <= calls * 21,
-        "{flushes} flushes made for {calls} calls: callers queued behind a flush were not served by the next"
+    assert_eq!(
+        flushes, 2,
+        "{flushes} flushes for the held one and {THREADS} callers queued behind it: \
+         callers whose writes the next flush made durable flushed again"
     );
     assert_eq!(medium.most_syncs_at_once(), 1, "two flushes synced at once");
     std::mem::forget(store);
     let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 13));
     let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
+    assert_eq!(store.read(probe, 0, 5).unwrap(), b"first");
     for (t, oid) in oids.into_iter().enumerate() {
-        for i in 0..CALLS {
-            let want = [(t as u8).wrapping_mul(16).wrapping_add(i as u8); 512];
-            assert_eq!(
-                store.read(oid, u64::from(i) * 512, 512).unwrap(),
-                want,
-                "writer {t}'s write {i} was flushed"
-            );
-        }
+        assert_eq!(
+            store.read(oid, 0, 512).unwrap(),
+            [t as u8; 512],
+            "writer {t}'s write was flushed"
+        );
     }
 }
 

@@ -5,6 +5,8 @@
 #   baseline_build REV   builds REV's `oubli` in release mode and sets
 #                        BASELINE_BIN (its path) and BASELINE_REV (the short
 #                        revision)
+#   baseline_report TSV TXT REV   the run's oubli against oubli-before,
+#                        paired round by round, into TXT
 #
 # The source is REV's tree taken with `git archive` (no worktree: nothing
 # in .git changes) into bench/out/baseline-REV/src, built with its own
@@ -32,4 +34,16 @@ baseline_build() {
     (cd "$dir/src" && CARGO_TARGET_DIR="$dir/target" cargo build --release --quiet -p oubli) ||
         { echo "baseline: $BASELINE_REV does not build" >&2; return 1; }
     BASELINE_BIN="$dir/target/release/oubli"
+}
+
+# baseline_report TSV TXT REV: oubli against oubli-before, paired round by
+# round (both ran in each round, in the runner's rotating order), printed
+# and written to TXT. REV is the revision oubli ran at.
+baseline_report() {
+    local tsv=$1 txt=$2 rev=$3 repo
+    repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    {
+        echo "# oubli at $rev against oubli-before at $BASELINE_REV, round by round (the two ran in the same round): > 1 means faster now"
+        python3 "$repo/bench/lib/paired_ratios.py" "$tsv" --ref oubli-before --judge oubli --target 1.0
+    } | tee "$txt"
 }

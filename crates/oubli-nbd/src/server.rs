@@ -76,10 +76,15 @@ pub struct ServerConfig {
     /// connected (TLS handshake included) is disconnected, so that idle
     /// connections cannot hold the server's connection slots.
     pub handshake_timeout: Duration,
-    /// Write payload bytes held for requests in flight, over all connections:
-    /// readers wait while it is reached (a single larger request still goes
-    /// through, alone).
+    /// Request data held in memory, over all connections: the payloads of
+    /// writes and the replies of reads in flight. Readers wait while it is
+    /// reached (a single larger request still goes through, alone).
     pub max_inflight_bytes: u64,
+    /// A client that takes no reply bytes for this long is disconnected: a
+    /// read's reply holds its share of [`max_inflight_bytes`](Self::max_inflight_bytes)
+    /// until it is sent, so a client that stops reading its replies must
+    /// not hold it for ever. `None`: wait for ever.
+    pub reply_timeout: Option<Duration>,
     /// Per-export counters and, with `--infer-deletes ext4`, the liveness
     /// tracker fed every write (`crate::liveness`). Exports not listed are
     /// served without either.
@@ -117,6 +122,7 @@ impl Default for ServerConfig {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             max_inflight_bytes: 256 << 20,
+            reply_timeout: Some(Duration::from_secs(30)),
             liveness: Vec::new(),
             write_behind: Some(Arc::new(WriteBehind::new())),
             log: stderr_log(),
@@ -160,15 +166,15 @@ impl Stream {
         };
     }
     /// Read and write timeouts of the socket (shared by every handle on it).
-    fn set_timeouts(&self, limit: Option<Duration>) -> io::Result<()> {
+    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => {
-                s.set_read_timeout(limit)?;
-                s.set_write_timeout(limit)
+                s.set_read_timeout(read)?;
+                s.set_write_timeout(write)
             }
             Stream::Tcp(s) => {
-                s.set_read_timeout(limit)?;
-                s.set_write_timeout(limit)
+                s.set_read_timeout(read)?;
+                s.set_write_timeout(write)
             }
         }
     }
@@ -297,9 +303,15 @@ pub struct Stats {
     pub errors: AtomicU64,
     pub trims: AtomicU64,
     pub flushes: AtomicU64,
-    /// The most write payload bytes ever held at once (see
-    /// [`ServerConfig::max_inflight_bytes`]).
+    /// The most request data (write payloads, read replies) ever held at
+    /// once by the budget (see [`ServerConfig::max_inflight_bytes`]).
     pub peak_inflight_bytes: AtomicU64,
+    /// The most read reply bytes ever in memory at once, counted where the
+    /// replies are made and dropped (a check on the budget, not part of it).
+    pub peak_reply_bytes: AtomicU64,
+    /// Connections cut off for taking no reply bytes in
+    /// [`ServerConfig::reply_timeout`].
+    pub reply_timeouts: AtomicU64,
     /// Connections that entered TLS.
     pub tls_sessions: AtomicU64,
     /// Connections dropped for not finishing the handshake in time.
@@ -318,8 +330,10 @@ struct Shared {
     ended: Condvar,
     next_id: AtomicU64,
     stats: Stats,
-    /// Write payloads in flight, over every connection.
+    /// Request data in flight (write payloads, read replies), over every connection.
     budget: PayloadBudget,
+    /// Read reply bytes in memory now (for [`Stats::peak_reply_bytes`]).
+    reply_bytes: AtomicU64,
     /// `ServerConfig::liveness` by export object.
     liveness: HashMap<u64, Arc<Liveness>>,
 }
@@ -331,9 +345,13 @@ impl Shared {
     fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
-    /// Holds `n` write payload bytes from the connection's budget and the
-    /// server's (waiting while either is spent).
+    /// Holds `n` bytes of request data (a write's payload, a read's reply)
+    /// from the connection's budget and the server's (waiting while either
+    /// is spent).
     fn hold(&self, conn: &PayloadBudget, n: u64) {
+        if n == 0 {
+            return;
+        }
         conn.take(n);
         let held = self.budget.take(n);
         self.stats
@@ -341,8 +359,27 @@ impl Shared {
             .fetch_max(held, Ordering::Relaxed);
     }
     fn release(&self, conn: &PayloadBudget, n: u64) {
+        if n == 0 {
+            return;
+        }
         self.budget.give_back(n);
         conn.give_back(n);
+    }
+    /// Counts a reply's data from when it is ready until it is sent
+    /// ([`Stats::peak_reply_bytes`]); returns what to give to [`Self::reply_gone`].
+    fn reply_ready(&self, result: &Outcome) -> u64 {
+        let n = match result {
+            Ok(Some(data)) => data.len() as u64,
+            _ => 0,
+        };
+        let now = self.reply_bytes.fetch_add(n, Ordering::Relaxed) + n;
+        self.stats
+            .peak_reply_bytes
+            .fetch_max(now, Ordering::Relaxed);
+        n
+    }
+    fn reply_gone(&self, n: u64) {
+        self.reply_bytes.fetch_sub(n, Ordering::Relaxed);
     }
     fn behind(&self) -> Option<&WriteBehind> {
         self.config.write_behind.as_deref()
@@ -410,6 +447,7 @@ pub fn serve(
         next_id: AtomicU64::new(1),
         stats: Stats::default(),
         budget: PayloadBudget::new(max_inflight_bytes),
+        reply_bytes: AtomicU64::new(0),
     });
     let applier = match &shared.config.write_behind {
         Some(behind) => {
@@ -851,7 +889,7 @@ fn handshake(
     // Every blocking step gets what is left of the time.
     let arm = || -> io::Result<()> {
         match deadline.checked_duration_since(Instant::now()) {
-            Some(left) if !left.is_zero() => raw.set_timeouts(Some(left)),
+            Some(left) if !left.is_zero() => raw.set_timeouts(Some(left), Some(left)),
             _ => Err(timed_out()),
         }
     };
@@ -905,7 +943,9 @@ fn handshake(
                 continue;
             }
             Progress::Transmission(neg) => {
-                raw.set_timeouts(None)?;
+                // A client may be idle for as long as it likes between
+                // requests, but must take its replies (`reply_timeout`).
+                raw.set_timeouts(None, shared.config.reply_timeout)?;
                 return Ok(Some((neg, pending)));
             }
             Progress::Close(CloseReason::Abort) => return Ok(None),
@@ -979,6 +1019,8 @@ struct Job {
     req: Request,
     action: Action,
     payload: Vec<u8>,
+    /// The budget held for its reply (a read's length), released once sent.
+    reply_bytes: u64,
     /// The writes queued before it arrived ([`WriteBehind::mark`]).
     mark: u64,
 }
@@ -1052,15 +1094,40 @@ fn transmission(
     // The first reply that could not be sent: the connection is over.
     let broken: Mutex<Option<io::Error>> = Mutex::new(None);
     let note_broken = |sent: io::Result<()>| {
-        if let Err(e) = sent {
-            let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
-            broken.get_or_insert(e);
+        let Err(mut e) = sent else {
+            return;
+        };
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            let limit = shared.config.reply_timeout.unwrap_or_default();
+            shared.stats.reply_timeouts.fetch_add(1, Ordering::Relaxed);
+            e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client took no reply bytes for {limit:?}"),
+            );
+        }
+        let mut broken = broken.lock().unwrap_or_else(|e| e.into_inner());
+        if broken.is_none() {
+            // The reader may be waiting for the client's next request: end
+            // its wait too, so that the connection (and what it holds of
+            // the server's budget) goes at once.
+            if let Some(socket) = shared.conns().get(&id) {
+                socket.shutdown(Shutdown::Both);
+            }
+            *broken = Some(e);
         }
     };
     let reply = |req: &Request, result: Outcome, flush: bool| {
+        // Counted before the wait for the output: a reply waiting its turn
+        // is in memory too.
+        let counted = shared.reply_ready(&result);
         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
         let sent = send_reply(shared, req, neg.structured, result, &mut out);
         note_broken(sent.and_then(|()| if flush { out.flush() } else { Ok(()) }));
+        drop(out);
+        shared.reply_gone(counted);
     };
     let flush_replies = || note_broken(out.lock().unwrap_or_else(|e| e.into_inner()).flush());
     let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
@@ -1087,6 +1154,7 @@ fn transmission(
                 shared.release(budget, job.payload.len() as u64);
                 drop(job.payload);
                 reply(&job.req, result, true);
+                shared.release(budget, job.reply_bytes);
             });
         }
         // Dropping `jobs` on return lets the workers finish the queue and stop.
@@ -1212,7 +1280,16 @@ fn read_requests(
         // What a request that is not queued must see: the writes
         // acknowledged before it arrived.
         let mark = || shared.behind().map_or(0, |b| b.mark());
-        match check(&req, &limits) {
+        let checked = check(&req, &limits);
+        // A read's reply is request data in memory like a write's payload:
+        // held from now until it is sent (a client that stops reading its
+        // replies is cut off after `reply_timeout`, which releases it).
+        let reply_bytes = match checked {
+            Ok(Action::Read { len, .. }) => u64::from(len),
+            _ => 0,
+        };
+        shared.hold(budget, reply_bytes);
+        match checked {
             // The caller waits for the requests in flight before it closes.
             Ok(Action::Disconnect) => return Ok(()),
             Ok(action @ Action::Write { fua: false, .. }) if shared.behind().is_some() => {
@@ -1242,16 +1319,21 @@ fn read_requests(
                 let result = carry_out(shared, id, oid, action, &payload, mark(), seen_failures);
                 shared.release(budget, payload.len() as u64);
                 reply(&req, result, false);
+                shared.release(budget, reply_bytes);
             }
             Ok(action) => {
                 let job = Job {
                     req,
                     action,
                     payload,
+                    reply_bytes,
                     mark: mark(),
                 };
-                if jobs.send(job).is_err() {
-                    return Ok(()); // no worker left: only after a panic
+                if let Err(mpsc::SendError(job)) = jobs.send(job) {
+                    // No worker left (only after a panic).
+                    shared.release(budget, job.payload.len() as u64);
+                    shared.release(budget, job.reply_bytes);
+                    return Ok(());
                 }
             }
             Err(errno) => {

@@ -572,17 +572,7 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
 fn payload_memory_in_flight_is_capped_per_server() {
     const CAP: u64 = 2 * MIB;
     let dir = tempfile::tempdir().unwrap();
-    let store = dir_store(dir.path());
-    create_export(&store, "disk", 64 * MIB).unwrap();
-    let served = Served::start(
-        store,
-        dir.path(),
-        ServerConfig {
-            max_inflight_bytes: CAP,
-            workers_per_connection: 4,
-            ..ServerConfig::default()
-        },
-    );
+    let served = served_capped(dir.path(), CAP, (0, 0), ServerConfig::default());
     let socket = served.socket.clone();
     let writers: Vec<_> = (0..4u64)
         .map(|c| {
@@ -616,6 +606,120 @@ fn payload_memory_in_flight_is_capped_per_server() {
         .peak_inflight_bytes
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(peak > 0 && peak <= CAP, "peak {peak} over the cap {CAP}");
+}
+
+/// A 64 MiB export whose first `filled.0` bytes are `filled.1`, served
+/// with `max_inflight_bytes: cap` and four workers per connection.
+fn served_capped(dir: &Path, cap: u64, filled: (u64, u8), config: ServerConfig) -> Served {
+    let store = dir_store(dir);
+    let e = create_export(&store, "disk", 64 * MIB).unwrap();
+    store
+        .write(e.oid, 0, &vec![filled.1; filled.0 as usize])
+        .unwrap();
+    Served::start(
+        store,
+        dir,
+        ServerConfig {
+            max_inflight_bytes: cap,
+            workers_per_connection: 4,
+            ..config
+        },
+    )
+}
+
+/// The replies of reads are request data in memory like write payloads:
+/// four clients pipelining large reads (each connection's four workers
+/// could hold a reply each) stay under the server's cap.
+#[test]
+fn read_replies_in_flight_are_capped_per_server() {
+    const CAP: u64 = 2 * MIB;
+    const LEN: u32 = 512 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let served = served_capped(dir.path(), CAP, (64 * MIB, 7), ServerConfig::default());
+    let readers: Vec<_> = (0..4u64)
+        .map(|c| {
+            let socket = served.socket.clone();
+            std::thread::spawn(move || {
+                let mut client = RawClient::connect(&socket, "disk", c % 2 == 1);
+                // Pipelined: every read sent before any reply is read, so
+                // replies pile up in the server while the client sends.
+                for i in 0..24u64 {
+                    client.send(CMD_READ, 0, (c * 16 + i % 16) * MIB / 2, LEN, &[]);
+                }
+                for _ in 0..24 {
+                    let r = client.reply(Some(LEN));
+                    assert_eq!(r.error, 0);
+                    assert!(r.data.len() == LEN as usize && r.data.iter().all(|&b| b == 7));
+                }
+                client.disconnect();
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    let stats = served.handle().stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let (held, replies) = (
+        load(&stats.peak_inflight_bytes),
+        load(&stats.peak_reply_bytes),
+    );
+    assert!(replies >= u64::from(LEN), "no reply was counted: {replies}");
+    assert!(held <= CAP, "budget peak {held} over the cap {CAP}");
+    assert!(
+        replies <= CAP,
+        "{replies} bytes of replies at once, over the cap {CAP}"
+    );
+}
+
+/// A client that stops reading its replies holds the budget of its reads
+/// only until `reply_timeout`: then it is cut off, and a client waiting
+/// for that budget is served.
+#[test]
+fn a_client_that_stops_reading_replies_is_cut_off() {
+    const CAP: u64 = 2 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = Some(std::time::Duration::from_millis(500));
+    let served = served_capped(
+        dir.path(),
+        CAP,
+        (4 * MIB, 3),
+        ServerConfig {
+            reply_timeout: timeout,
+            ..ServerConfig::default()
+        },
+    );
+    // Sixteen 1 MiB reads, never a reply read: the socket's buffer fills
+    // and the server's budget is the stalled replies'.
+    let mut stalled = RawClient::connect(&served.socket, "disk", false);
+    for i in 0..16u64 {
+        stalled.send(CMD_READ, 0, i % 4 * MIB, MIB as u32, &[]);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let socket = served.socket.clone();
+    let (done, served_read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut client = RawClient::connect(&socket, "disk", true);
+        let data = client.read(0, MIB as u32);
+        let _ = done.send(data);
+    });
+    let data = served_read
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the second client was not served: the stalled one still holds the budget");
+    assert_eq!(data.expect("read"), vec![3u8; MIB as usize]);
+    let stats = served.handle().stats();
+    assert!(
+        stats
+            .reply_timeouts
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    assert!(
+        served.log.contains("took no reply bytes"),
+        "{:?}",
+        served.log.lines()
+    );
+    drop(stalled);
 }
 
 /// A committed export of `size` bytes, served without a commit at

@@ -1035,9 +1035,19 @@ pub struct Queued {
     budget: Arc<PayloadBudget>,
 }
 
-/// Counts the payload bytes in flight; the reader waits while there are too many.
+/// Counts the request data in flight (write payloads, read replies); the
+/// reader waits while there is too much.
+///
+/// Taken and given back on every read and write, so the common case is two
+/// atomic operations: the mutex and condition variable are only for a
+/// reader that must wait (a condition variable's notify is a system call
+/// whether anyone waits or not, and cost random reads about a sixth of
+/// their rate when every reply took and gave back through one).
 pub struct PayloadBudget {
-    in_flight: Mutex<u64>,
+    used: AtomicU64,
+    /// Readers waiting in [`take`](Self::take) (changed under `wait`).
+    waiting: AtomicU64,
+    wait: Mutex<()>,
     freed: Condvar,
     cap: u64,
 }
@@ -1045,24 +1055,50 @@ pub struct PayloadBudget {
 impl PayloadBudget {
     fn new(cap: u64) -> Self {
         PayloadBudget {
-            in_flight: Mutex::new(0),
+            used: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            wait: Mutex::new(()),
             freed: Condvar::new(),
             cap,
         }
     }
 
+    /// Takes `n` bytes if they fit (or nothing is held: a single larger
+    /// request goes through alone); returns the bytes then held.
+    fn try_take(&self, n: u64) -> Option<u64> {
+        let fits = |used: u64| (used == 0 || used + n <= self.cap).then_some(used + n);
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits)
+            .ok()
+            .map(|used| used + n)
+    }
+
     /// Waits until `n` more bytes fit; returns the bytes then held.
     fn take(&self, n: u64) -> u64 {
-        let mut used = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        while *used > 0 && *used + n > self.cap {
-            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = self.try_take(n) {
+            return held;
         }
-        *used += n;
-        *used
+        let mut guard = self.wait.lock().unwrap_or_else(|e| e.into_inner());
+        // Counted before the second try: a `give_back` after it sees the
+        // waiter and notifies under the mutex, which this thread holds
+        // until it waits, so no wake-up is lost.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let held = loop {
+            if let Some(held) = self.try_take(n) {
+                break held;
+            }
+            guard = self.freed.wait(guard).unwrap_or_else(|e| e.into_inner());
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        held
     }
+
     fn give_back(&self, n: u64) {
-        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) -= n;
-        self.freed.notify_all();
+        self.used.fetch_sub(n, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            let _guard = self.wait.lock().unwrap_or_else(|e| e.into_inner());
+            self.freed.notify_all();
+        }
     }
 }
 

@@ -690,23 +690,27 @@ fn a_client_that_stops_reading_replies_is_cut_off() {
         },
     );
     // Sixteen 1 MiB reads, never a reply read: the socket's buffer fills
-    // and the server's budget is the stalled replies'.
+    // and the stalled replies hold at least 1 MiB of the budget (2 MiB
+    // when workers took them; 1 MiB when the reader carries out the first
+    // itself and stalls in its send).
     let mut stalled = RawClient::connect(&served.socket, "disk", false);
-    for i in 0..16u64 {
-        stalled.send(CMD_READ, 0, i % 4 * MIB, MIB as u32, &[]);
-    }
+    let reads: Vec<_> = (0..16u64)
+        .map(|i| (CMD_READ, 0, i % 4 * MIB, MIB as u32, &[][..]))
+        .collect();
+    stalled.send_burst(&reads);
     std::thread::sleep(std::time::Duration::from_millis(200));
     let socket = served.socket.clone();
     let (done, served_read) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // The whole cap: it fits only once the stalled replies are gone.
         let mut client = RawClient::connect(&socket, "disk", true);
-        let data = client.read(0, MIB as u32);
+        let data = client.read(0, CAP as u32);
         let _ = done.send(data);
     });
     let data = served_read
         .recv_timeout(std::time::Duration::from_secs(20))
         .expect("the second client was not served: the stalled one still holds the budget");
-    assert_eq!(data.expect("read"), vec![3u8; MIB as usize]);
+    assert_eq!(data.expect("read"), vec![3u8; CAP as usize]);
     let stats = served.handle().stats();
     assert!(
         stats
@@ -714,6 +718,12 @@ fn a_client_that_stops_reading_replies_is_cut_off() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1
     );
+    // The connection logs why it closed once its workers are done, which
+    // may be just after the other client was served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !served.log.contains("took no reply bytes") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(
         served.log.contains("took no reply bytes"),
         "{:?}",

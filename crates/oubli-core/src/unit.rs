@@ -59,14 +59,27 @@ pub(crate) fn node_aad(level: u8) -> Vec<u8> {
     aad
 }
 
-pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> Vec<u8> {
-    let mut aad = b"oubli/cell/v1".to_vec();
-    aad.extend_from_slice(&oid.to_le_bytes());
-    aad.extend_from_slice(&cell.to_le_bytes());
-    aad.extend_from_slice(&start.to_le_bytes());
-    aad.extend_from_slice(&len.to_le_bytes());
+pub(crate) fn cell_aad(oid: u64, cell: u64, start: u32, len: u32) -> [u8; CELL_AAD_LEN] {
+    // A fixed array, not a Vec: it is made for every cell read and sealed.
+    let mut aad = [0u8; CELL_AAD_LEN];
+    let parts: [&[u8]; 5] = [
+        CELL_AAD_LABEL,
+        &oid.to_le_bytes(),
+        &cell.to_le_bytes(),
+        &start.to_le_bytes(),
+        &len.to_le_bytes(),
+    ];
+    let mut at = 0;
+    for part in parts {
+        aad[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
     aad
 }
+
+const CELL_AAD_LABEL: &[u8] = b"oubli/cell/v1";
+/// The label, the object, the cell, and the stored range's start and length.
+pub(crate) const CELL_AAD_LEN: usize = CELL_AAD_LABEL.len() + 8 + 8 + 4 + 4;
 
 /// Names a cell in a message: by byte offset, or by index when the
 /// object's cell size is not at hand (`cell_size` 0).

@@ -1,4 +1,4 @@
-//! Large reads and writes give back exactly what a byte model holds, for both cell sizes, at any alignment, with buffered cells and holes inside their range, whether a read is opened in place (whole cells back to back) or piece by piece.
+//! Large reads and writes give back exactly what a byte model holds, for both cell sizes, at any alignment, with buffered cells and holes inside their range, whether a read is opened in place (whole cells back to back) or piece by piece, into a fresh buffer or a reused one.
 
 mod common;
 
@@ -24,6 +24,9 @@ fn check(s: &Store, model: &[u8], oid: u64) {
     // Whole cells (read in place when they lie back to back on the medium),
     // whole, and cut at unaligned ends so that units are cut by the read.
     let cs = s.cell_size_of(oid).unwrap() as usize;
+    // One buffer kept from read to read, as a server keeps it: larger than
+    // any read here and full of bytes no read may return.
+    let mut kept = vec![0xa5u8; 5 << 20];
     for (at, len) in [
         (cs, 64 * cs),
         (0, model.len() / cs * cs),
@@ -37,6 +40,11 @@ fn check(s: &Store, model: &[u8], oid: u64) {
         let got = s.read(oid, at as u64, len).unwrap();
         let end = (at + len).min(model.len());
         assert!(got == model[at..end], "read of {len} bytes at {at}");
+        let n = s.read_into(oid, at as u64, len, &mut kept).unwrap();
+        assert!(
+            kept[..n] == model[at..end],
+            "read_into of {len} bytes at {at}"
+        );
     }
 }
 

@@ -1,7 +1,8 @@
 //! INSECURE deterministic provider for fuzzing, test vectors and reproducible crash sweeps.
 
 use crate::provider::{
-    gcm_open, gcm_open_detached, gcm_seal, hkdf_derive, AuthError, CryptoProvider, TAG_LEN,
+    gcm_open, gcm_open_detached, gcm_open_within, gcm_seal, hkdf_derive, AuthError, CryptoProvider,
+    TAG_LEN,
 };
 use crate::secret::{SecretKey, KEY_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +50,15 @@ impl CryptoProvider for DeterministicProvider {
         buf: &mut [u8],
     ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
+    }
+    fn open_within(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        src: usize,
+    ) -> Result<usize, AuthError> {
+        gcm_open_within(key, aad, buf, src)
     }
     fn open_detached(
         &self,

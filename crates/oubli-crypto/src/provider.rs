@@ -52,6 +52,23 @@ pub trait CryptoProvider: Send + Sync + 'static {
         tag: &[u8; TAG_LEN],
     ) -> Result<(), AuthError>;
 
+    /// Authenticates and decrypts `buf[src..]` (ciphertext followed by its
+    /// tag) and writes the plaintext to the start of `buf`, moving it down
+    /// over the `src` bytes before it; returns the plaintext length. A read
+    /// of a run of units opens each where its plaintext belongs in one pass
+    /// (no second copy). On failure `buf` holds garbage and must be wiped.
+    fn open_within(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        src: usize,
+    ) -> Result<usize, AuthError> {
+        let len = self.open_in_place(key, aad, buf.get_mut(src..).ok_or(AuthError)?)?;
+        buf.copy_within(src..src + len, 0);
+        Ok(len)
+    }
+
     /// Encrypts `buf` in place under a one-message `key` and appends the tag.
     fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
         let tag = self.seal_detached(key, aad, buf);
@@ -119,6 +136,22 @@ pub(crate) fn gcm_open(key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> Result<us
         .map_err(|_| AuthError)
 }
 
+pub(crate) fn gcm_open_within(
+    key: &SecretKey,
+    aad: &[u8],
+    buf: &mut [u8],
+    src: usize,
+) -> Result<usize, AuthError> {
+    if buf.len() < src.saturating_add(TAG_LEN) {
+        return Err(AuthError);
+    }
+    let nonce = Nonce::assume_unique_for_key([0u8; 12]);
+    aead_key(key)
+        .open_within(nonce, Aad::from(aad), buf, src..)
+        .map(|plain| plain.len())
+        .map_err(|_| AuthError)
+}
+
 pub(crate) fn gcm_open_detached(
     key: &SecretKey,
     aad: &[u8],
@@ -171,6 +204,15 @@ impl CryptoProvider for RingProvider {
     ) -> Result<usize, AuthError> {
         gcm_open(key, aad, buf)
     }
+    fn open_within(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        src: usize,
+    ) -> Result<usize, AuthError> {
+        gcm_open_within(key, aad, buf, src)
+    }
     fn open_detached(
         &self,
         key: &SecretKey,
@@ -221,6 +263,80 @@ mod tests {
         assert_eq!(p.open(&key, b"ad", &mut short), Err(AuthError));
         let mut other = sealed;
         assert_eq!(p.open(&p.random_key(), b"ad", &mut other), Err(AuthError));
+    }
+
+    /// `open_within` gives what `open_in_place` gives, moved to the start of
+    /// the buffer, from any offset (the ring implementation and the trait's
+    /// default alike), and refuses what `open_in_place` refuses.
+    #[test]
+    fn open_within_moves_the_plaintext_down() {
+        struct Default(RingProvider);
+        impl CryptoProvider for Default {
+            fn name(&self) -> &'static str {
+                "default open_within"
+            }
+            fn is_secure(&self) -> bool {
+                true
+            }
+            fn fill_random(&self, out: &mut [u8]) {
+                self.0.fill_random(out)
+            }
+            fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
+                self.0.seal_detached(key, aad, buf)
+            }
+            fn open_in_place(
+                &self,
+                k: &SecretKey,
+                a: &[u8],
+                b: &mut [u8],
+            ) -> Result<usize, AuthError> {
+                self.0.open_in_place(k, a, b)
+            }
+            fn open_detached(
+                &self,
+                k: &SecretKey,
+                a: &[u8],
+                b: &mut [u8],
+                t: &[u8; TAG_LEN],
+            ) -> Result<(), AuthError> {
+                self.0.open_detached(k, a, b, t)
+            }
+            fn derive(&self, k: &SecretKey, l: &[u8], c: &[u8]) -> SecretKey {
+                self.0.derive(k, l, c)
+            }
+        }
+        let providers: [&dyn CryptoProvider; 2] =
+            [&RingProvider::new(), &Default(RingProvider::new())];
+        for p in providers {
+            let key = p.random_key();
+            let plain: Vec<u8> = (0..4099u32).map(|i| (i * 7) as u8).collect();
+            let mut sealed = plain.clone();
+            p.seal(&key, b"ad", &mut sealed);
+            for src in [0, 1, 16, 4096, 5000] {
+                let mut buf = vec![0xee; src];
+                buf.extend_from_slice(&sealed);
+                assert_eq!(
+                    p.open_within(&key, b"ad", &mut buf, src),
+                    Ok(plain.len()),
+                    "{}",
+                    p.name()
+                );
+                assert_eq!(&buf[..plain.len()], &plain[..], "{} src {src}", p.name());
+                let mut bad = vec![0; src];
+                bad.extend_from_slice(&sealed);
+                bad[src + 9] ^= 1;
+                assert_eq!(p.open_within(&key, b"ad", &mut bad, src), Err(AuthError));
+                let mut wrong_ad = vec![0; src];
+                wrong_ad.extend_from_slice(&sealed);
+                assert_eq!(
+                    p.open_within(&key, b"ax", &mut wrong_ad, src),
+                    Err(AuthError)
+                );
+            }
+            let mut short = vec![0; 8];
+            assert_eq!(p.open_within(&key, b"ad", &mut short, 4), Err(AuthError));
+            assert_eq!(p.open_within(&key, b"ad", &mut short, 9), Err(AuthError));
+        }
     }
 
     /// Known-answer vector: HKDF and AES-GCM outputs are pinned so a format

@@ -1269,12 +1269,31 @@ impl Fs {
         self.evict_if_unused(ino);
     }
 
+    #[cfg(test)]
     pub(crate) fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
-        let data = self.store.read(ino, offset, size as usize).map_err(errno)?;
+        let mut data = Vec::new();
+        let n = self.read_into(ino, offset, size, &mut data)?;
+        data.truncate(n);
+        Ok(data)
+    }
+
+    /// Reads up to `size` bytes at `offset` into a buffer the caller keeps
+    /// (see [`Store::read_into`]): the bytes read are `buf[..n]`.
+    pub(crate) fn read_into(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        buf: &mut Vec<u8>,
+    ) -> R<usize> {
+        let n = self
+            .store
+            .read_into(ino, offset, size as usize, buf)
+            .map_err(errno)?;
         if let Some(node) = self.cached(ino) {
             self.accessed(&mut lock(&node.st));
         }
-        Ok(data)
+        Ok(n)
     }
 
     /// Whether the kernel must not cache attributes (strictatime: every

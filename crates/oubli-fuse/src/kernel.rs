@@ -13,6 +13,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -421,13 +422,25 @@ impl Filesystem for Kernel {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self
-            .on(ino.0)
-            .and_then(|(fs, oid, _)| fs.read(oid, offset, size))
-        {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
+        // Each request loop keeps the buffer its replies are made in (DESIGN
+        // §10 counts a reply of up to `MAX_IO` per loop): a fresh one would
+        // be allocated and zeroed for every read.
+        thread_local! {
+            static REPLY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
+        REPLY.with_borrow_mut(|buf| {
+            match self
+                .on(ino.0)
+                .and_then(|(fs, oid, _)| fs.read_into(oid, offset, size, buf))
+            {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+            // A read larger than the kernel asks for (none today) is not kept.
+            if buf.capacity() > 2 * MAX_IO as usize {
+                *buf = Vec::new();
+            }
+        });
     }
 
     fn write(

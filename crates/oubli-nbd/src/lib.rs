@@ -40,6 +40,7 @@ pub mod reply;
 pub mod request;
 mod server;
 pub mod socket;
+mod spare;
 pub mod tls;
 
 pub use behind::WriteBehind;

@@ -25,6 +25,7 @@ use crate::liveness::Liveness;
 use crate::proto::*;
 use crate::reply;
 use crate::request::{check, parse_request, Action, Limits, Request};
+use crate::spare::SpareBuffers;
 use crate::tls::{self, TlsCredentials, TlsReader, TlsWriter};
 use oubli_core::{Error, Store};
 use std::collections::HashMap;
@@ -336,6 +337,8 @@ struct Shared {
     reply_bytes: AtomicU64,
     /// `ServerConfig::liveness` by export object.
     liveness: HashMap<u64, Arc<Liveness>>,
+    /// Buffers that read replies are made in, given back once sent.
+    spare: SpareBuffers,
 }
 
 impl Shared {
@@ -448,6 +451,7 @@ pub fn serve(
         stats: Stats::default(),
         budget: PayloadBudget::new(max_inflight_bytes),
         reply_bytes: AtomicU64::new(0),
+        spare: SpareBuffers::new(),
     });
     let applier = match &shared.config.write_behind {
         Some(behind) => {
@@ -1160,10 +1164,13 @@ fn transmission(
         // is in memory too.
         let counted = shared.reply_ready(&result);
         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = send_reply(shared, req, neg.structured, result, &mut out);
+        let sent = send_reply(shared, req, neg.structured, &result, &mut out);
         note_broken(sent.and_then(|()| if flush { out.flush() } else { Ok(()) }));
         drop(out);
         shared.reply_gone(counted);
+        if let Ok(Some(data)) = result {
+            shared.spare.give_back(data);
+        }
     };
     let flush_replies = || note_broken(out.lock().unwrap_or_else(|e| e.into_inner()).flush());
     let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
@@ -1490,10 +1497,13 @@ fn execute(shared: &Shared, id: u64, oid: u64, action: Action, payload: &[u8]) -
     };
     match action {
         Action::Read { offset, len } => {
-            let mut data = store
-                .read(oid, offset, len as usize)
+            let mut data = shared.spare.take();
+            let n = store
+                .read_into(oid, offset, len as usize, &mut data)
                 .map_err(|e| fail(format!("READ at {offset} length {len}"), e))?;
-            // Short only if the export shrank under us: the rest reads as zeros.
+            // Short only if the export shrank under us: the rest reads as
+            // zeros. (Shortening keeps the buffer's memory for its next use.)
+            data.truncate(n);
             data.resize(len as usize, 0);
             Ok(Some(data))
         }
@@ -1599,14 +1609,14 @@ fn send_reply(
     shared: &Shared,
     req: &Request,
     structured: bool,
-    result: Outcome,
+    result: &Outcome,
     out: &mut BufWriter<Output>,
 ) -> io::Result<()> {
     match (result, structured) {
         (Ok(data), false) => {
             out.write_all(&reply::simple_reply(req.cookie, 0))?;
             if let Some(d) = data {
-                out.write_all(&d)?;
+                out.write_all(d)?;
             }
         }
         (Ok(Some(d)), true) if !d.is_empty() => {
@@ -1615,7 +1625,7 @@ fn send_reply(
                 req.offset,
                 d.len() as u32,
             ))?;
-            out.write_all(&d)?;
+            out.write_all(d)?;
         }
         (Ok(_), true) => out.write_all(&reply::chunk_done(req.cookie))?,
         (Err((errno, _)), false) => {
@@ -1624,7 +1634,7 @@ fn send_reply(
         }
         (Err((errno, msg)), true) => {
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
-            out.write_all(&reply::chunk_error(req.cookie, errno, &msg))?;
+            out.write_all(&reply::chunk_error(req.cookie, *errno, msg))?;
         }
     }
     Ok(())

@@ -423,8 +423,8 @@ impl Filesystem for Kernel {
         reply: ReplyData,
     ) {
         // Each request loop keeps the buffer its replies are made in (DESIGN
-        // §10 counts a reply of up to `MAX_IO` per loop): a fresh one would
-        // be allocated and zeroed for every read.
+        // §10 counts up to 2 MiB of it per loop): a fresh one would be
+        // allocated and zeroed for every read.
         thread_local! {
             static REPLY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
@@ -436,7 +436,8 @@ impl Filesystem for Kernel {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(e),
             }
-            // A read larger than the kernel asks for (none today) is not kept.
+            // Past 2 MiB (a read over `MAX_IO`, which the kernel does not
+            // send) the buffer is not kept.
             if buf.capacity() > 2 * MAX_IO as usize {
                 *buf = Vec::new();
             }

@@ -34,8 +34,10 @@ impl Slot {
 /// than this:
 ///
 /// * **Segments** are append-only byte strings named by [`SegmentId`]. The
-///   engine writes each byte once (`append` at the segment's end) and never
-///   rewrites it; it reads back only what it appended. A medium that cannot
+///   engine writes each byte once (`append` at the segment's end) and
+///   rewrites none that anything durable may name (the one rewrite it makes,
+///   [`rewrite`](Medium::rewrite), is optional and covers a unit nothing
+///   but its memory names); it reads back only what it appended. A medium that cannot
 ///   tell a segment's true end may return stale bytes past it: every unit is
 ///   authenticated, so the engine never trusts such bytes.
 /// * **Superblock slots**: two small in-place slots. A torn write may garble
@@ -108,6 +110,29 @@ pub trait Medium: Send + Sync {
         let _ = (id, len);
         Ok(())
     }
+    /// Whether [`rewrite`](Self::rewrite) works here. Default `false`: raw
+    /// flash cannot program a page twice, and an object store takes whole
+    /// objects.
+    fn can_rewrite(&self) -> bool {
+        false
+    }
+    /// Writes `data` over bytes `offset..offset + data.len()` of segment
+    /// `id`, which were appended earlier (the segment's length does not
+    /// change). The engine calls it only for a unit that no durable state
+    /// and no write in flight names — one appended since the last intent-log
+    /// frame and tree capture, now replaced by a unit of the same length
+    /// (DESIGN §7, "Overwrites in place") — so the ordering rule is the
+    /// append's: nothing is durable until the next [`sync`](Self::sync),
+    /// and a power cut before it may leave the old bytes, the new ones or
+    /// any mix. What it saves is bytes: a page the kernel has not yet
+    /// written back takes the overwrite in memory. Default: `Unsupported`.
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        let _ = (id, offset, data);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this medium does not rewrite",
+        ))
+    }
 }
 
 impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
@@ -149,5 +174,11 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn finish_segment(&self, id: SegmentId, len: u64) -> io::Result<()> {
         (**self).finish_segment(id, len)
+    }
+    fn can_rewrite(&self) -> bool {
+        (**self).can_rewrite()
+    }
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        (**self).rewrite(id, offset, data)
     }
 }

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use oubli_core::{Medium, SegmentId, Slot};
 
 use crate::util::{
-    check_append_bounds, check_superblock_len, eof, invalid_data, invalid_input, lock_exclusive,
-    lock_shared, not_found, start_writeback, writeback_due,
+    check_append_bounds, check_rewrite_bounds, check_superblock_len, eof, invalid_data,
+    invalid_input, lock_exclusive, lock_shared, not_found, start_writeback, writeback_due,
 };
 
 /// Name of the marker file that says "this directory is an oubli store".
@@ -456,6 +456,28 @@ impl Medium for DirMedium {
         Ok(())
     }
 
+    fn can_rewrite(&self) -> bool {
+        !self.read_only
+    }
+
+    /// Only inside what this handle appended to a segment it still appends
+    /// to. No writeback hint: the page cache is where an overwrite costs
+    /// nothing, and the next sync writes what is left.
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.writable()?;
+        let mut st = self.lock();
+        let Some(w) = st.writers.get(id) else {
+            return Err(invalid_input(format!(
+                "rewrite in segment {id:08x}, which this handle is not appending to"
+            )));
+        };
+        check_rewrite_bounds(id, w.len, offset, data.len())?;
+        let file = w.file.clone();
+        st.dirty.insert(id);
+        drop(st);
+        file.write_all_at(data, offset)
+    }
+
     /// Writes zeros from the segment's end (or the last zeros) to `upto`,
     /// at most [`RESERVE_MAX`] past its end; the next sync makes the new
     /// size durable, after which appends inside are overwrites.
@@ -755,6 +777,33 @@ mod tests {
         m.finish_segment(2, 3).unwrap();
         assert_eq!(m.segment_len(2).unwrap(), Some(3));
         assert_eq!(read_all(&m, 2), b"log");
+    }
+
+    #[test]
+    fn rewrites_only_what_this_handle_appended() {
+        let (d, m) = store();
+        assert!(m.can_rewrite());
+        m.append(1, 0, b"abcdef").unwrap();
+        m.rewrite(1, 2, b"XY").unwrap();
+        let mut buf = [0u8; 6];
+        m.read(1, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"abXYef");
+        assert_eq!(m.segment_len(1).unwrap(), Some(6));
+        assert_eq!(
+            m.rewrite(1, 5, b"XY").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        m.sync().unwrap();
+        drop(m);
+        // Reopened: the segment is no longer one this handle appends to.
+        let m = DirMedium::open(d.path().join("store")).unwrap();
+        assert_eq!(
+            m.rewrite(1, 0, b"Z").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        drop(m);
+        let ro = DirMedium::open_read_only(d.path().join("store")).unwrap();
+        assert!(!ro.can_rewrite());
     }
 
     #[test]

@@ -234,6 +234,22 @@ impl<M: Medium> Medium for FaultMedium<M> {
         }
     }
 
+    fn can_rewrite(&self) -> bool {
+        self.inner.can_rewrite()
+    }
+
+    /// An I/O point like an append, torn the same way.
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        match self.point(Some(data.len())) {
+            Verdict::Proceed => self.inner.rewrite(id, offset, data),
+            Verdict::Fail(e) => Err(e),
+            Verdict::Tear(n, e) => {
+                let _ = self.inner.rewrite(id, offset, &data[..n]);
+                Err(e)
+            }
+        }
+    }
+
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.check_power()?;
         // Decide failure before touching the inner medium.

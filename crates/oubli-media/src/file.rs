@@ -37,8 +37,8 @@ use std::sync::{Mutex, MutexGuard};
 use oubli_core::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
 
 use crate::util::{
-    check_append_bounds, check_superblock_len, eof, fnv1a64, invalid_data, invalid_input,
-    lock_exclusive, not_found, start_writeback, storage_full, writeback_due,
+    check_append_bounds, check_rewrite_bounds, check_superblock_len, eof, fnv1a64, invalid_data,
+    invalid_input, lock_exclusive, not_found, start_writeback, storage_full, writeback_due,
 };
 
 /// Default segment slot size: 64 MiB.
@@ -584,6 +584,29 @@ impl Medium for FileMedium {
         Ok(())
     }
 
+    fn can_rewrite(&self) -> bool {
+        true
+    }
+
+    /// Only inside what was appended since this `open` (a segment whose
+    /// length is known); no writeback hint, as in `DirMedium`.
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut st = self.lock();
+        let info = st.map.get(&id).copied();
+        let Some(SlotInfo {
+            slot,
+            len: Some(len),
+            ..
+        }) = info
+        else {
+            return Err(invalid_input(format!(
+                "rewrite in segment {id:08x}, which this handle did not append to"
+            )));
+        };
+        check_rewrite_bounds(id, len, offset, data.len())?;
+        self.write_at(&mut st, data, self.data_start(slot) + offset)
+    }
+
     /// May return stale bytes past the true end of a segment written before
     /// this `open` (see module docs).
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -757,6 +780,27 @@ mod tests {
         m.append(9, 4, b"+").unwrap();
         assert_eq!(m.segment_len(9).unwrap(), Some(5));
         assert_eq!(read_n(&m, 9, 5), b"nine+");
+    }
+
+    #[test]
+    fn rewrites_inside_what_was_appended() {
+        let (_d, p) = tmp();
+        let m = FileMedium::create(&p, None, MIB).unwrap();
+        assert!(m.can_rewrite());
+        m.append(1, 0, b"abcdef").unwrap();
+        m.rewrite(1, 1, b"XYZ").unwrap();
+        let mut buf = [0u8; 6];
+        m.read(1, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"aXYZef");
+        assert_eq!(m.segment_len(1).unwrap(), Some(6));
+        assert_eq!(
+            m.rewrite(1, 4, b"XYZ").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            m.rewrite(2, 0, b"X").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 
     #[test]

@@ -20,7 +20,8 @@ use oubli_core::{Medium, SegmentId, Slot};
 
 use crate::op::Op;
 use crate::util::{
-    check_append_bounds, check_superblock_len, eof, invalid_input, not_found, SplitMix64,
+    check_append_bounds, check_rewrite_bounds, check_superblock_len, eof, invalid_input, not_found,
+    SplitMix64,
 };
 
 /// What a simulated power cut does to the writes made since the last sync.
@@ -85,6 +86,8 @@ impl Seg {
             let gap = (offset - self.len) as usize;
             self.push(Arc::from(vec![0u8; gap]));
             self.push(data);
+        } else if offset + data.len() as u64 <= self.len {
+            self.overwrite(offset, data);
         } else {
             let mut all = self.to_vec();
             let start = offset as usize;
@@ -96,6 +99,32 @@ impl Seg {
             *self = Seg::default();
             self.push(Arc::from(all));
         }
+    }
+
+    /// Writes `data` over bytes the segment holds, rebuilding only the
+    /// chunks it touches (a chunk it covers exactly is swapped).
+    fn overwrite(&mut self, offset: u64, data: Arc<[u8]>) {
+        let end = offset + data.len() as u64;
+        if data.is_empty() {
+            return;
+        }
+        let first = self.starts.partition_point(|&s| s <= offset) - 1;
+        let mut last = first;
+        while self.starts[last] + (self.chunks[last].len() as u64) < end {
+            last += 1;
+        }
+        let lo = self.starts[first];
+        if first == last && lo == offset && self.chunks[first].len() == data.len() {
+            self.chunks[first] = data;
+            return;
+        }
+        let mut merged = Vec::new();
+        for c in &self.chunks[first..=last] {
+            merged.extend_from_slice(c);
+        }
+        merged[(offset - lo) as usize..(end - lo) as usize].copy_from_slice(&data);
+        self.chunks.splice(first..=last, [Arc::from(merged)]);
+        self.starts.splice(first..=last, [lo]);
     }
 
     pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -147,7 +176,7 @@ impl MemState {
     /// Applies `op` leniently (see [`Seg::write_at`]); `Sync` is a no-op.
     pub(crate) fn apply(&mut self, op: &Op) {
         match op {
-            Op::Append { id, offset, data } => {
+            Op::Append { id, offset, data } | Op::Rewrite { id, offset, data } => {
                 let seg = self.segs.entry(*id).or_default();
                 Arc::make_mut(seg).write_at(*offset, data.clone());
             }
@@ -159,11 +188,12 @@ impl MemState {
         }
     }
 
-    /// Applies a torn version of `op`: a strict prefix of an append, or a
-    /// strict prefix of a superblock write laid over the slot's old content.
+    /// Applies a torn version of `op`: a strict prefix of an append or a
+    /// rewrite (laid over what it rewrites), or a strict prefix of a
+    /// superblock write laid over the slot's old content.
     fn apply_torn(&mut self, op: &Op, rng: &mut SplitMix64) {
         match op {
-            Op::Append { id, offset, data } => {
+            Op::Append { id, offset, data } | Op::Rewrite { id, offset, data } => {
                 let cut = if data.is_empty() {
                     0
                 } else {
@@ -459,6 +489,29 @@ impl Medium for MemMedium {
         Ok(())
     }
 
+    /// A file's behaviour; an in-order medium stands for object storage,
+    /// which takes whole objects.
+    fn can_rewrite(&self) -> bool {
+        !self.in_order
+    }
+
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        if self.in_order {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "an in-order medium does not rewrite",
+            ));
+        }
+        let mut inner = self.lock();
+        let len = inner.current.segs.get(&id).map_or(0, |s| s.len());
+        check_rewrite_bounds(id, len, offset, data.len())?;
+        let data: Arc<[u8]> = Arc::from(data);
+        let seg = inner.current.segs.get_mut(&id).expect("checked above");
+        Arc::make_mut(seg).overwrite(offset, data.clone());
+        inner.pending.push(Op::Rewrite { id, offset, data });
+        Ok(())
+    }
+
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         // Clone the Arc and copy outside the lock.
         let seg = self
@@ -534,6 +587,39 @@ mod tests {
         assert_eq!(m.segment_len(1).unwrap(), Some(11));
         assert_eq!(m.segment_len(2).unwrap(), None);
         assert_eq!(m.list_segments().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn rewrites_inside_a_segment_and_a_cut_may_undo_or_tear_them() {
+        let m = MemMedium::new();
+        assert!(m.can_rewrite());
+        m.append(1, 0, b"aaaa").unwrap();
+        m.append(1, 4, b"bbbb").unwrap();
+        m.sync().unwrap();
+        // Over one chunk exactly, and across two.
+        m.rewrite(1, 4, b"cccc").unwrap();
+        m.rewrite(1, 2, b"dddd").unwrap();
+        assert_eq!(read_all(&m, 1), b"aaddddcc");
+        assert_eq!(m.segment_len(1).unwrap(), Some(8));
+        for (off, data) in [(6, &b"xyz"[..]), (9, b"x"), (u64::MAX, b"x")] {
+            assert_eq!(
+                m.rewrite(1, off, data).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        }
+        assert!(m.rewrite(2, 0, b"x").is_err());
+        // Rewrites are writes like appends: a cut before the sync may drop,
+        // keep or tear them.
+        assert_eq!(
+            read_all(&m.crash(TearMode::DropUnsynced, 0), 1),
+            b"aaaabbbb"
+        );
+        assert_eq!(read_all(&m.crash(TearMode::KeepAll, 0), 1), b"aaddddcc");
+        assert_eq!(read_all(&m.crash(TearMode::TornAt(1), 0), 1)[..4], *b"aaaa");
+        let in_order = MemMedium::new().in_order();
+        in_order.append(1, 0, b"a").unwrap();
+        assert!(!in_order.can_rewrite());
+        assert!(in_order.rewrite(1, 0, b"b").is_err());
     }
 
     #[test]

@@ -17,6 +17,12 @@ pub enum Op {
         offset: u64,
         data: Arc<[u8]>,
     },
+    /// `rewrite(id, offset, data)`: bytes appended earlier, written over.
+    Rewrite {
+        id: SegmentId,
+        offset: u64,
+        data: Arc<[u8]>,
+    },
     /// `write_superblock(slot, data)`.
     Superblock { slot: Slot, data: Arc<[u8]> },
     /// `delete_segment(id)`.
@@ -29,7 +35,9 @@ impl Op {
     /// Payload bytes carried by this operation (0 for deletes and syncs).
     pub fn payload_len(&self) -> usize {
         match self {
-            Op::Append { data, .. } | Op::Superblock { data, .. } => data.len(),
+            Op::Append { data, .. } | Op::Rewrite { data, .. } | Op::Superblock { data, .. } => {
+                data.len()
+            }
             Op::Delete { .. } | Op::Sync => 0,
         }
     }
@@ -41,6 +49,9 @@ impl fmt::Debug for Op {
         match self {
             Op::Append { id, offset, data } => {
                 write!(f, "Append(seg {id:08x} @ {offset}, {} bytes)", data.len())
+            }
+            Op::Rewrite { id, offset, data } => {
+                write!(f, "Rewrite(seg {id:08x} @ {offset}, {} bytes)", data.len())
             }
             Op::Superblock { slot, data } => {
                 write!(f, "Superblock({slot:?}, {} bytes)", data.len())

@@ -73,12 +73,37 @@ impl<M: Medium> RecordingMedium<M> {
             .collect()
     }
 
-    /// All bytes ever appended to each segment id, deleted segments
-    /// included, laid out at the offsets they were written to.
+    /// All bytes ever written to each segment id, deleted segments
+    /// included, laid out at the offsets they were written to: where a
+    /// [`rewrite`](Medium::rewrite) wrote over appended bytes, the last
+    /// version ([`every_segment_as_appended`](Self::every_segment_as_appended)
+    /// has the first).
     pub fn every_segment(&self) -> BTreeMap<SegmentId, Vec<u8>> {
+        self.segments_with(true)
+    }
+
+    /// [`every_segment`](Self::every_segment) with each byte as it was
+    /// first appended, before any rewrite.
+    pub fn every_segment_as_appended(&self) -> BTreeMap<SegmentId, Vec<u8>> {
+        self.segments_with(false)
+    }
+
+    /// Whether any rewrite was logged.
+    pub fn rewrote(&self) -> bool {
+        self.lock()
+            .iter()
+            .any(|op| matches!(op, Op::Rewrite { .. }))
+    }
+
+    fn segments_with(&self, rewrites: bool) -> BTreeMap<SegmentId, Vec<u8>> {
         let mut out: BTreeMap<SegmentId, Vec<u8>> = BTreeMap::new();
         for op in self.lock().iter() {
-            if let Op::Append { id, offset, data } = op {
+            let written = match op {
+                Op::Append { id, offset, data } => Some((id, offset, data)),
+                Op::Rewrite { id, offset, data } if rewrites => Some((id, offset, data)),
+                _ => None,
+            };
+            if let Some((id, offset, data)) = written {
                 let seg = out.entry(*id).or_default();
                 let start = *offset as usize;
                 let end = start + data.len();
@@ -140,6 +165,20 @@ impl<M: Medium> Medium for RecordingMedium<M> {
         self.record(op, |m| m.append(id, offset, &data))
     }
 
+    fn can_rewrite(&self) -> bool {
+        self.inner.can_rewrite()
+    }
+
+    fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        let data: Arc<[u8]> = Arc::from(data);
+        let op = Op::Rewrite {
+            id,
+            offset,
+            data: data.clone(),
+        };
+        self.record(op, |m| m.rewrite(id, offset, &data))
+    }
+
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.inner.read(id, offset, buf)
     }
@@ -182,6 +221,21 @@ impl<M: Medium> Medium for RecordingMedium<M> {
 mod tests {
     use super::*;
     use crate::{Fault, FaultMedium, TearMode};
+
+    #[test]
+    fn keeps_what_a_rewrite_wrote_over() {
+        let m = RecordingMedium::new(FaultMedium::new(MemMedium::new()));
+        m.append(1, 0, b"first-").unwrap();
+        assert!(!m.rewrote());
+        m.rewrite(1, 0, b"FIRST").unwrap();
+        assert!(m.rewrote());
+        assert_eq!(m.every_segment()[&1], b"FIRST-");
+        assert_eq!(m.every_segment_as_appended()[&1], b"first-");
+        let replayed = m.state_at(m.op_count()).crash(TearMode::KeepAll, 0);
+        let mut buf = [0u8; 6];
+        replayed.read(1, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"FIRST-");
+    }
 
     #[test]
     fn keeps_deleted_segments_and_overwritten_superblocks() {

@@ -75,6 +75,16 @@ pub(crate) fn check_append_bounds(capacity: u64, offset: u64, len: usize) -> io:
     Ok(())
 }
 
+/// Checks that a rewrite lies inside the `len` bytes appended to segment `id`.
+pub(crate) fn check_rewrite_bounds(id: u32, len: u64, offset: u64, n: usize) -> io::Result<()> {
+    match offset.checked_add(n as u64) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(invalid_input(format!(
+            "rewrite of {n} bytes at {offset} of segment {id:08x}, which holds {len}"
+        ))),
+    }
+}
+
 /// Checks the superblock size limit every medium shares.
 pub(crate) fn check_superblock_len(len: usize) -> io::Result<()> {
     if len > oubli_core::SUPERBLOCK_MAX {

@@ -319,6 +319,52 @@ fn what_was_synced_is_there_after_reopening() {
     }
 }
 
+/// A medium that rewrites ([`Medium::can_rewrite`]: the engine's
+/// overwrites in place) does so only inside what it appended, without
+/// changing the length, and a sync makes the new bytes durable; one that
+/// does not refuses and changes nothing.
+#[test]
+fn rewrites_stay_inside_what_was_appended_and_sync_like_appends() {
+    for s in subjects() {
+        let dir = tempfile::tempdir().unwrap();
+        let rewrites;
+        {
+            let m = (s.make)(dir.path());
+            m.append(1, 0, b"hello, world").unwrap();
+            rewrites = m.can_rewrite();
+            if rewrites {
+                m.rewrite(1, 7, b"WORLD").unwrap();
+                assert_eq!(
+                    m.rewrite(1, 10, b"xyz").unwrap_err().kind(),
+                    ErrorKind::InvalidInput,
+                    "{}",
+                    s.name
+                );
+            } else {
+                assert!(m.rewrite(1, 7, b"WORLD").is_err(), "{}", s.name);
+            }
+            let want: &[u8] = if rewrites {
+                b"hello, WORLD"
+            } else {
+                b"hello, world"
+            };
+            assert_eq!(read(&*m, 1, 0, 12), want, "{}", s.name);
+            assert_eq!(m.segment_len(1).unwrap(), Some(12), "{}", s.name);
+            m.sync().unwrap();
+        }
+        if let Some(reopen) = s.reopen {
+            let m = reopen(dir.path());
+            let want: &[u8] = if rewrites {
+                b"hello, WORLD"
+            } else {
+                b"hello, world"
+            };
+            assert_eq!(read(&*m, 1, 0, 12), want, "{} after reopening", s.name);
+        }
+        stop_s3_server(dir.path());
+    }
+}
+
 /// Segments made durable by the same sync (on S3: one object) stay
 /// independent: one deleted after it is gone after a reopen, the other
 /// intact; the deleted one's bytes never come back.

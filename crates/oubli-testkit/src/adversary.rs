@@ -11,27 +11,48 @@ use std::sync::Arc;
 /// Every superblock version and every segment byte the medium ever held.
 pub struct Adversary {
     pub superblocks: Vec<Vec<u8>>,
+    /// Every segment, each byte as last written.
     pub medium: Arc<MemMedium>,
+    /// Where units were rewritten in place: every segment with each byte as
+    /// first appended. Whatever the adversary opens is looked for in both,
+    /// so a unit something durable named before its bytes were written
+    /// over is found too.
+    pub as_appended: Option<Arc<MemMedium>>,
+}
+
+/// A medium holding `segments` (whole, from offset 0), synced.
+fn medium_of(segments: std::collections::BTreeMap<oubli_core::SegmentId, Vec<u8>>) -> MemMedium {
+    let medium = MemMedium::new();
+    for (id, bytes) in segments {
+        if !bytes.is_empty() {
+            medium.append(id, 0, &bytes).expect("in-memory append");
+        }
+    }
+    medium.sync().expect("in-memory sync");
+    medium
 }
 
 impl Adversary {
-    /// Seizes everything a [`RecordingMedium`] saw (deleted segments and overwritten superblocks included).
+    /// Seizes everything a [`RecordingMedium`] saw (deleted segments,
+    /// rewritten units and overwritten superblocks included).
     pub fn seize<M: Medium>(recording: &RecordingMedium<M>) -> Adversary {
-        let medium = MemMedium::new();
-        for (id, bytes) in recording.every_segment() {
-            if !bytes.is_empty() {
-                medium.append(id, 0, &bytes).expect("in-memory append");
-            }
-        }
-        medium.sync().expect("in-memory sync");
+        let as_appended = recording
+            .rewrote()
+            .then(|| Arc::new(medium_of(recording.every_segment_as_appended())));
         Adversary {
             superblocks: recording
                 .every_superblock()
                 .into_iter()
                 .map(|(_, b)| b)
                 .collect(),
-            medium: Arc::new(medium),
+            medium: Arc::new(medium_of(recording.every_segment())),
+            as_appended,
         }
+    }
+
+    /// The seized media: the bytes as last written, then as first appended.
+    fn media(&self) -> impl Iterator<Item = &Arc<MemMedium>> {
+        std::iter::once(&self.medium).chain(&self.as_appended)
     }
 
     /// Everything the given segments (`(id, bytes)`, possibly several
@@ -44,6 +65,7 @@ impl Adversary {
         Adversary {
             superblocks,
             medium: Arc::new(medium),
+            as_appended: None,
         }
     }
 
@@ -80,24 +102,30 @@ impl Adversary {
         shares: &[(u32, oubli_crypto::SecretKey)],
         provider: Arc<dyn CryptoProvider>,
     ) -> BTreeSet<Marker> {
-        let recovery = audit::recover_with_shares(
-            &self.superblocks,
-            self.medium.clone(),
-            keys,
-            shares,
-            provider,
-        );
-        markers_of(&recovery)
+        let mut out = BTreeSet::new();
+        for medium in self.media() {
+            let recovery = audit::recover_with_shares(
+                &self.superblocks,
+                medium.clone(),
+                keys,
+                shares,
+                provider.clone(),
+            );
+            out.extend(markers_of(&recovery));
+        }
+        out
     }
 
     /// Marker blocks visible in the raw bytes, without any key (must be none).
     pub fn plaintext_markers(&self) -> BTreeSet<Marker> {
         let mut out = BTreeSet::new();
-        for id in self.medium.list_segments().unwrap_or_default() {
-            let len = self.medium.segment_len(id).ok().flatten().unwrap_or(0);
-            let mut buf = vec![0u8; len as usize];
-            if self.medium.read(id, 0, &mut buf).is_ok() {
-                marker::scan(&buf, &mut out);
+        for medium in self.media() {
+            for id in medium.list_segments().unwrap_or_default() {
+                let len = medium.segment_len(id).ok().flatten().unwrap_or(0);
+                let mut buf = vec![0u8; len as usize];
+                if medium.read(id, 0, &mut buf).is_ok() {
+                    marker::scan(&buf, &mut out);
+                }
             }
         }
         for sb in &self.superblocks {
@@ -131,15 +159,20 @@ impl Adversary {
         held: &[VaultRecord],
         provider: Arc<dyn CryptoProvider>,
     ) -> BTreeSet<Marker> {
-        let known = self.recover(history, provider.clone()).units;
-        let recovery = audit::rederive(
-            &self.superblocks,
-            self.medium.clone(),
-            held,
-            &known,
-            provider,
-        );
-        markers_of(&recovery)
+        let mut out = BTreeSet::new();
+        for medium in self.media() {
+            let known =
+                audit::recover(&self.superblocks, medium.clone(), history, provider.clone()).units;
+            let recovery = audit::rederive(
+                &self.superblocks,
+                medium.clone(),
+                held,
+                &known,
+                provider.clone(),
+            );
+            out.extend(markers_of(&recovery));
+        }
+        out
     }
 }
 

@@ -93,6 +93,17 @@ pub fn cut_at(
 /// Counts the I/O points of a workload after store creation, on an
 /// in-order medium or not (flushes sync less on the former).
 pub fn count_points(workload: &Workload, seed: u64, scheme: u8, in_order: bool) -> u64 {
+    count_points_and_rewrites(workload, seed, scheme, in_order).0
+}
+
+/// [`count_points`], and whether the store rewrote any unit in place
+/// (so that the sweep cuts rewrites too).
+pub fn count_points_and_rewrites(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    in_order: bool,
+) -> (u64, bool) {
     let options = harness::options(seed);
     let stack = stack(in_order);
     let (store, _vault) = harness::create_with(stack.clone() as Arc<dyn Medium>, &options, scheme);
@@ -101,7 +112,7 @@ pub fn count_points(workload: &Workload, seed: u64, scheme: u8, in_order: bool) 
     for step in &workload.steps {
         runner.step(&store, step).expect("workload without faults");
     }
-    stack.points() - start
+    (stack.points() - start, stack.inner().rewrote())
 }
 
 fn verify_after_crash(

@@ -59,6 +59,10 @@ pub struct StatusReport {
     /// Segments the cleaner emptied, deleted when the next commit lands.
     #[serde(default)]
     pub segments_awaiting_commit: usize,
+    /// Units written over in place since the store was opened (live
+    /// processes): overwrites that put no new version on the medium.
+    #[serde(default)]
+    pub units_rewritten: u64,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -207,6 +211,7 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
             bytes_to_move: c.bytes_to_move,
         }),
         segments_awaiting_commit: s.segments_awaiting_commit,
+        units_rewritten: s.units_rewritten,
         live,
         wear: None,
         nbd_exports: Vec::new(),

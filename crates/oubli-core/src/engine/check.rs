@@ -45,6 +45,9 @@ pub struct Status {
     pub cleaner: Option<CleanerProgress>,
     /// Segments the cleaner emptied, deleted when the next commit lands.
     pub segments_awaiting_commit: usize,
+    /// Units written over in place since the store was opened, instead of
+    /// appended (DESIGN §7, "Overwrites in place").
+    pub units_rewritten: u64,
 }
 
 /// How far the automatic cleaner's run has got (the changes carry it out,
@@ -281,6 +284,7 @@ impl Engine {
             medium: medium.describe(),
             cleaner: self.cleaning.as_ref().map(|run| run.progress()),
             segments_awaiting_commit: self.doomed_segments.len(),
+            units_rewritten: self.units_rewritten,
         })
     }
 

@@ -130,6 +130,10 @@ impl Appender {
         e.data_segment = self.data_segment;
         e.next_segment = self.next_segment;
         e.mark_unsynced();
+        // A moved unit may be a snapshot's too (the cleaner moves a unit
+        // once for every root that shares it): it, and everything before
+        // it, is never rewritten in place.
+        e.name_units();
     }
 }
 

@@ -604,6 +604,9 @@ impl Engine {
             });
         }
         let written = self.write_out_all();
+        // The frame's ops name every unit appended so far (and a commit it
+        // may fall back to, the tree): none may be rewritten in place now.
+        self.name_units();
         let cells = self.frame_cells.take().map(|c| c.bytes).unwrap_or_default();
         if let Err(e) = written {
             if !cells.is_empty() {

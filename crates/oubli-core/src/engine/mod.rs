@@ -16,6 +16,7 @@ mod names;
 mod read;
 mod reclaim;
 mod recover;
+mod rewrite;
 mod share;
 mod snapshot;
 mod write;
@@ -72,7 +73,7 @@ const WRITE_BUFFER_MAX: usize = 32 << 20;
 const SMALL_WRITE: usize = 16 << 10;
 /// See [`SMALL_WRITE`]: past this much buffered, whole cells are sealed
 /// into a data segment as they complete (a stream has no use for them in
-/// memory).
+/// memory). The default of [`Options::small_writes_buffered`].
 const SMALL_WRITES_BUFFERED: usize = 1 << 20;
 /// How far ahead of a frame the log segment is prepared for appends
 /// ([`Medium::reserve`]): zeros the file system writes once per this many
@@ -149,6 +150,12 @@ pub struct Options {
     /// against a truncated or damaged log then covers the frames older
     /// than a second (DESIGN §5).
     pub tally: TallyCadence,
+    /// Buffered bytes past which a cell a small write completes is sealed
+    /// into a data segment at once, instead of waiting for the next flush's
+    /// frame (default 1 MiB). The proof tests lower it so that their small
+    /// stores take both paths, and the cells sealed at once are the ones a
+    /// later overwrite may rewrite in place (`rewrite.rs`).
+    pub small_writes_buffered: usize,
 }
 
 /// When the store runs the cleaner by itself: a run starts right after a
@@ -217,6 +224,7 @@ impl Default for Options {
             cleaner: CleanerPolicy::default(),
             background_commits: false,
             tally: TallyCadence::default(),
+            small_writes_buffered: SMALL_WRITES_BUFFERED,
         }
     }
 }
@@ -286,6 +294,10 @@ struct Shared {
     io_guard: Arc<RwLock<()>>,
     /// The engine's, for waiting on its deletions without the lock.
     reclaimer: Arc<reclaim::Reclaimer>,
+    /// Counts units rewritten in place (`rewrite.rs`), bumped before their
+    /// bytes change: a reader outside the lock whose unit fails to open
+    /// retries if it moved since the read was planned.
+    rewrites: Arc<AtomicU64>,
 }
 
 /// What happened in the current epoch, for the epoch policy and `status`.
@@ -440,6 +452,21 @@ struct Engine {
     commit_requested: Option<commit::CommitRequest>,
     /// The store is being dropped: the committer thread stops.
     closing: bool,
+    /// Units from this address on in `unnamed_segments` are named by
+    /// nothing but the live tree in memory (no intent-log frame, no tree
+    /// persisted): one replaced by a unit of the same length is written
+    /// over in place (`rewrite.rs`, DESIGN §7).
+    unnamed_from: u64,
+    /// The data segments appended to since the last naming.
+    unnamed_segments: Vec<SegmentId>,
+    /// The medium rewrites ([`Medium::can_rewrite`]) and the store is writable.
+    can_rewrite: bool,
+    /// [`Shared::rewrites`].
+    rewrites: Arc<AtomicU64>,
+    /// Units rewritten in place since the store was opened.
+    units_rewritten: u64,
+    /// [`Options::small_writes_buffered`].
+    small_writes_buffered: usize,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -899,7 +926,11 @@ impl Engine {
         let need = sealed.len() as u64;
         let (seg, off) = match self.data_segment {
             Some((seg, off)) if off + need <= self.segment_target => (seg, off),
-            _ => (self.alloc_segment(), 0),
+            _ => {
+                let seg = self.alloc_segment();
+                self.data_segment_started(seg);
+                (seg, 0)
+            }
         };
         if let Err(e) = self.ctx.medium.append(seg, off, sealed) {
             return self.poison("appending to a data segment", e);

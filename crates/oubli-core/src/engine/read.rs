@@ -168,19 +168,42 @@ impl Store {
     /// time (a 1 MiB `vec![0; n]` is a `memset` once the allocator serves it
     /// from its heap).
     pub fn read_into(&self, oid: u64, offset: u64, len: usize, buf: &mut Vec<u8>) -> Result<usize> {
-        let (plan, _guard) = {
-            let e = self.lock_beside_commit();
-            let plan = e.plan_read(oid, offset, len)?;
-            // Taken before the engine lock is released: no segment this read
-            // needs can be deleted until it is done.
-            let guard = self
-                .shared
-                .io_guard
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            (plan, guard)
-        };
-        // On the calling thread, like a write's sealing (DESIGN §10).
+        // A unit rewritten in place between the plan and the medium read
+        // does not open (`rewrite.rs`): the read is planned again. The last
+        // try keeps the engine lock through its I/O, so that nothing is
+        // rewritten under it and a read always ends.
+        const TRIES_WITHOUT_LOCK: usize = 3;
+        for _ in 0..TRIES_WITHOUT_LOCK {
+            let (plan, seen, _guard) = {
+                let e = self.lock_beside_commit();
+                let plan = e.plan_read(oid, offset, len)?;
+                (plan, self.rewrite_count(), self.reading_guard())
+            };
+            match self.carry_out(plan, buf) {
+                Err(_) if self.rewrite_count() != seen => continue,
+                done => return done,
+            }
+        }
+        let e = self.lock_beside_commit();
+        let plan = e.plan_read(oid, offset, len)?;
+        let _guard = self.reading_guard();
+        let done = self.carry_out(plan, buf);
+        drop(e);
+        done
+    }
+
+    /// Held from before the engine lock is released until a read's I/O is
+    /// done: no segment the read needs can be deleted meanwhile.
+    fn reading_guard(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.shared
+            .io_guard
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads and opens what [`Engine::plan_read`] planned, on the calling
+    /// thread, like a write's sealing (DESIGN §10).
+    fn carry_out(&self, plan: ReadPlan, buf: &mut Vec<u8>) -> Result<usize> {
         match plan {
             ReadPlan::Run(units) => self.open_run(&units, buf),
             ReadPlan::Pieces(out, pending) => {

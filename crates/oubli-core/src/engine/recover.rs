@@ -181,11 +181,13 @@ impl Store {
         engine.segment_target = segment_target;
         engine.log = body.log_place(header_version);
         engine.tally_cadence = options.tally;
+        engine.small_writes_buffered = options.small_writes_buffered;
         engine.live_bytes = body.live_bytes;
         engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
         engine.committed_at = body.committed_at;
         engine.read_only = options.read_only;
+        engine.can_rewrite = !options.read_only && engine.ctx.medium.can_rewrite();
         engine.vault_failure = options.vault_failure;
         engine.cleaner = options.cleaner;
         engine.dirty_tree_cap = options.dirty_tree_bytes;
@@ -219,6 +221,7 @@ impl Store {
             cell_size: engine.cell_size,
             io_guard: engine.ctx.io_guard.clone(),
             reclaimer: engine.reclaimer.clone(),
+            rewrites: engine.rewrites.clone(),
         };
         Ok(Store::around(engine, shared))
     }
@@ -306,6 +309,12 @@ impl Engine {
             background_commits: false,
             commit_requested: None,
             closing: false,
+            unnamed_from: 0,
+            unnamed_segments: Vec::new(),
+            can_rewrite: false,
+            rewrites: Arc::new(AtomicU64::new(0)),
+            units_rewritten: 0,
+            small_writes_buffered: SMALL_WRITES_BUFFERED,
         }
     }
 

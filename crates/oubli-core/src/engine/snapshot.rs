@@ -141,6 +141,8 @@ impl Store {
             .ok_or_else(|| Error::NoSnapshot(name.to_string()))?;
         let view = e.read_only_view(snap.tree.clone());
         let reclaimer = view.reclaimer.clone();
+        // A snapshot's tree names no unit that may be rewritten in place.
+        let rewrites = view.rewrites.clone();
         Ok(Store::around(
             view,
             Shared {
@@ -150,6 +152,7 @@ impl Store {
                 cell_size: self.shared.cell_size,
                 io_guard: self.shared.io_guard.clone(),
                 reclaimer,
+                rewrites,
             },
         ))
     }
@@ -287,6 +290,9 @@ impl Engine {
         tree: &mut Tree,
         live: bool,
     ) -> Result<Option<(NodePtr, u8)>> {
+        // The nodes written below name every unit the tree reaches: none
+        // may be rewritten in place from now on.
+        self.name_units();
         tree.persist(&mut |node: &Arc<Node>| {
             let mut bytes = encode_node(node);
             let (key, key_ref) = self.ctx.scheme.allocate(&*self.ctx.provider);

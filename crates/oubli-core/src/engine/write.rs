@@ -17,11 +17,26 @@ pub(super) struct SealedRun {
 }
 
 /// The opened old content of a cell a write merges into, read before the
-/// engine lock was taken; used only if the tree still points at `addr`.
+/// engine lock was taken; used only if the tree still points at `addr` and
+/// the unit there is the one that was read: one that may be rewritten in
+/// place (`rewrite.rs`) only if no unit was rewritten since.
 pub(super) struct Prefetched {
     cell: u64,
     addr: u64,
     plain: PlainBuf,
+    /// The unit at `addr` could not be rewritten when it was read.
+    stable: bool,
+    /// [`Shared::rewrites`] when the read was planned.
+    rewrites_seen: u64,
+}
+
+impl Prefetched {
+    /// Whether this is the content of `c`, the unit the tree now names for `cell`.
+    pub(super) fn is_of(&self, cell: u64, c: &CellRef, rewrites_now: u64) -> bool {
+        self.cell == cell
+            && self.addr == c.addr
+            && (self.stable || self.rewrites_seen == rewrites_now)
+    }
 }
 
 /// Plaintext of one cell waiting to be sealed: bytes `[start, start+data.len())`
@@ -64,6 +79,11 @@ impl Store {
             }
             let cell_size = e.cells_of(&e.tree, oid)?;
             let share = e.share_key_in(&e.tree, oid)?;
+            let rewrites_seen = self.rewrite_count();
+            let wanted: Vec<_> = wanted
+                .into_iter()
+                .map(|(cell, c)| (cell, !e.may_rewrite(c.addr), c))
+                .collect();
             let guard = self
                 .shared
                 .io_guard
@@ -71,8 +91,8 @@ impl Store {
                 .unwrap_or_else(|p| p.into_inner());
             drop(e);
             let sh = &self.shared;
-            for (cell, c) in wanted {
-                let plain = open_cell_unit(
+            for (cell, stable, c) in wanted {
+                let opened = open_cell_unit(
                     &*sh.medium,
                     &*sh.provider,
                     &*sh.scheme,
@@ -81,12 +101,21 @@ impl Store {
                     cell,
                     &c,
                     share.as_ref(),
-                )?;
+                );
+                let plain = match opened {
+                    Ok(plain) => plain,
+                    // Rewritten in place meanwhile: the merge reads the
+                    // new unit under the lock.
+                    Err(_) if !stable && self.rewrite_count() != rewrites_seen => continue,
+                    Err(e) => return Err(e),
+                };
                 prefetched.retain(|p: &Prefetched| p.cell != cell);
                 prefetched.push(Prefetched {
                     cell,
                     addr: c.addr,
                     plain,
+                    stable,
+                    rewrites_seen,
                 });
             }
             drop(guard);
@@ -306,7 +335,10 @@ impl Engine {
         self.ctx
             .provider
             .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
-        let addr = self.append_unit(&sealed)?;
+        let addr = match self.place_of_replaced(oid, cell, sealed.len())? {
+            Some(at) => self.rewrite_unit(at, &sealed)?,
+            None => self.append_unit(&sealed)?,
+        };
         let cref = CellRef {
             start,
             len,
@@ -476,9 +508,8 @@ impl Engine {
             }
             if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
                 let covered = from <= c.start as u64 && c.start as u64 + c.len as u64 <= to;
-                let have = prefetched
-                    .iter()
-                    .any(|p| p.cell == cell && p.addr == c.addr);
+                let now = self.rewrites.load(Ordering::SeqCst);
+                let have = prefetched.iter().any(|p| p.is_of(cell, &c, now));
                 if !covered && !have {
                     wanted.push((cell, c));
                 }
@@ -521,9 +552,8 @@ impl Engine {
                 }
                 Some(Value::Cell(c)) => {
                     replaced_sealed = from < c.start + c.len && c.start < to;
-                    let at = prefetched
-                        .iter()
-                        .position(|p| p.cell == cell && p.addr == c.addr);
+                    let now = self.rewrites.load(Ordering::SeqCst);
+                    let at = prefetched.iter().position(|p| p.is_of(cell, &c, now));
                     let plain = match at {
                         Some(i) => prefetched.swap_remove(i).plain,
                         None => self.read_cell(oid, cell, &c)?,
@@ -556,8 +586,8 @@ impl Engine {
         let full = start == 0 && bytes.len() as u64 == u64::from(cell_size);
         self.set_dirty(oid, cell, start, bytes, gaps);
         // A whole cell has nothing more to wait for; the next flush's frame
-        // takes a few (`SMALL_WRITES_BUFFERED`), a stream's go now.
-        if full && self.dirty_bytes > SMALL_WRITES_BUFFERED {
+        // takes a few (`small_writes_buffered`), a stream's go now.
+        if full && self.dirty_bytes > self.small_writes_buffered {
             self.write_out(oid, cell)?;
         }
         Ok(replaced_sealed)

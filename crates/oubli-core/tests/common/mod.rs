@@ -38,3 +38,17 @@ pub fn store_with_parts(
     .unwrap();
     (store, medium, vault)
 }
+
+/// Opens `medium` (a crashed copy, say) with `vault` and manual epochs.
+pub fn reopen(medium: Arc<MemMedium>, vault: &Arc<MemoryVault>) -> Store {
+    Store::open(medium, vault.clone(), options()).unwrap()
+}
+
+/// [`reopen`] without writing anything: the medium stays as it was cut.
+pub fn reopen_read_only(medium: Arc<MemMedium>, vault: &Arc<MemoryVault>) -> Store {
+    let options = Options {
+        read_only: true,
+        ..options()
+    };
+    Store::open(medium, vault.clone(), options).unwrap()
+}

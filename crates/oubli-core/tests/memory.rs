@@ -60,13 +60,13 @@ fn changed_nodes_past_the_cap_make_the_store_commit_by_itself() {
 
 #[test]
 fn many_changes_without_a_flush_are_logged_by_themselves() {
-    // More changes than the engine keeps waiting for the log (2^16), and
+    // More changes than the engine keeps waiting for the log (2^17), and
     // no flush: a power cut must still keep the early ones, which only an
     // automatic flush can have made durable.
     let (s, medium, vault) = store(64 << 20);
     let oid = s.create_object(b"").unwrap();
     s.flush().unwrap();
-    for i in 0..70_000u32 {
+    for i in 0..140_000u32 {
         s.set_meta(oid, &i.to_le_bytes()).unwrap();
     }
     let after_cut = Arc::new(medium.crash(TearMode::DropUnsynced, 1));
@@ -75,7 +75,7 @@ fn many_changes_without_a_flush_are_logged_by_themselves() {
     let meta = s.object(oid).unwrap().meta;
     // Empty: not even the first change survived.
     let kept = meta.try_into().map_or(0, u32::from_le_bytes);
-    assert!(kept >= 60_000, "only the first {kept} changes survived");
+    assert!(kept >= 130_000, "only the first {kept} changes survived");
 }
 
 /// How many commits a cleaner run over a store of many small files makes,

@@ -238,3 +238,46 @@ fn partial_writes_racing_rewrites_lose_nothing() {
     }
     assert!(s.status().unwrap().units_rewritten > 1000);
 }
+
+#[test]
+fn a_cell_rewritten_over_and_over_queues_one_change_and_replays_to_the_last() {
+    let options = oubli_core::Options {
+        small_writes_buffered: 0,
+        ..common::options()
+    };
+    let (s, medium, vault) = common::store_with_parts(CreateOptions::default(), options);
+    let cells = 256;
+    let oid = object(&s, cells);
+    let mut latest = vec![0u64; cells as usize];
+    let hot = 64;
+    for round in 1..=50u64 {
+        for c in 0..hot {
+            latest[c as usize] = round;
+            s.write(oid, c * CELL as u64, &content(c, round)).unwrap();
+        }
+        if round == 20 {
+            // Other changes to some of the cells between rewrites: a punch
+            // and a write after it (a fresh unit), then rewrites again.
+            s.punch_hole(oid, 8 * CELL as u64, 4 * CELL as u64).unwrap();
+            for c in 8..12 {
+                s.write(oid, c * CELL as u64, &content(c, round)).unwrap();
+            }
+        }
+    }
+    let rewritten = s.status().unwrap().units_rewritten;
+    assert!(rewritten > 2500, "{rewritten} units rewritten in place");
+    let before = medium_bytes(&medium);
+    s.flush().unwrap();
+    // The frame holds one change per cell, not one per write (3,200
+    // `PutCell`s of ~100 bytes would be over 300 KiB).
+    let frame = medium_bytes(&medium) - before;
+    assert!(frame < 48 << 10, "the flush logged {frame} bytes");
+    // ...and the log replays to the last version of every cell.
+    let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, 5));
+    drop(s);
+    let s = common::reopen(crashed, &vault);
+    for c in 0..cells {
+        let got = s.read(oid, c * CELL as u64, CELL).unwrap();
+        assert_eq!(version_of(c, &got), Some(latest[c as usize]), "cell {c}");
+    }
+}

@@ -5,9 +5,14 @@ use super::*;
 /// Nodes made in memory before their memory is first measured.
 const DIRTY_NODES_FIRST_MEASURE: usize = 64;
 /// Changes waiting for the intent log above which the store flushes by
-/// itself (each holds up to a few hundred bytes: a cell reference, an
-/// object record or a bucket of names).
-const PENDING_OPS_MAX: usize = 1 << 16;
+/// itself (each holds 120 bytes and what it points to: a cell's holes, an
+/// object record's metadata, a bucket of names). A flush names every unit
+/// it logs, after which an overwrite can no longer take its place
+/// (`rewrite.rs`); rewrites replace their op instead of adding one, so
+/// this counts cells, and 2¹⁷ lets a file of up to 512 MiB in 4 KiB cells
+/// be rewritten at random whole between two flushes (fio's random map
+/// comes back to a cell only after all the others).
+const PENDING_OPS_MAX: usize = 1 << 17;
 /// Cleaner slices a [`Store::tick`] carries out at most (up to 1 MiB copied each).
 const TICK_SLICES: usize = 64;
 
@@ -753,6 +758,7 @@ impl Engine {
         self.log_offset = frame_end;
         self.log_seq += 1;
         self.pending.clear();
+        self.pending_moved();
         self.size_dirty.clear();
         Ok(Some(plan))
     }
@@ -1203,6 +1209,7 @@ impl Engine {
         match carry {
             Carry::Nothing => {
                 self.pending.clear();
+                self.pending_moved();
                 self.size_dirty.clear();
                 self.stats = EpochStats::default();
             }
@@ -1212,6 +1219,7 @@ impl Engine {
                 // their deletions stay pending.
                 self.pending
                     .drain(..covered.pending.min(self.pending.len()));
+                self.pending_moved();
                 self.stats = self.stats.since(&covered.stats);
                 self.size_dirty
                     .retain(|_, grown_at| *grown_at > covered.size_stamp);

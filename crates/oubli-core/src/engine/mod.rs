@@ -459,6 +459,10 @@ struct Engine {
     unnamed_from: u64,
     /// The data segments appended to since the last naming.
     unnamed_segments: Vec<SegmentId>,
+    /// Where in `pending` the `PutCell` of each unit that may be rewritten
+    /// in place is, by address: a rewrite replaces that op instead of
+    /// queueing another (`rewrite.rs`).
+    pending_puts: HashMap<u64, usize>,
     /// The medium rewrites ([`Medium::can_rewrite`]) and the store is writable.
     can_rewrite: bool,
     /// [`Shared::rewrites`].
@@ -904,7 +908,7 @@ impl Engine {
             }
         }
         if log {
-            self.pending.push(op);
+            self.queue_for_log(op);
         }
         Ok(())
     }

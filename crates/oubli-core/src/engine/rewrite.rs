@@ -29,6 +29,39 @@ impl Engine {
         self.unnamed_segments.clear();
         self.unnamed_segments
             .extend(self.data_segment.map(|(seg, _)| seg));
+        self.pending_puts.clear();
+    }
+
+    /// Queues `op` for the next frame. The `PutCell` of a unit rewritten in
+    /// place takes the place of the one that put the unit it replaced: that
+    /// one is in `pending` (nothing named the unit), and no op after it
+    /// touches the cell (the tree still pointed at its unit). So the log
+    /// replays to the same tree, and a cell rewritten over and over between
+    /// two flushes costs the queue one op, not one per write — the queue's
+    /// cap (a flush at `PENDING_OPS_MAX`) then counts cells, not writes.
+    pub(super) fn queue_for_log(&mut self, op: Op) {
+        if let Op::PutCell { oid, cell, cref } = &op {
+            if let Some(&i) = self.pending_puts.get(&cref.addr) {
+                let same_cell = matches!(
+                    self.pending.get(i),
+                    Some(Op::PutCell { oid: o, cell: c, cref: r })
+                        if o == oid && c == cell && r.addr == cref.addr
+                );
+                if same_cell {
+                    self.pending[i] = op;
+                    return;
+                }
+            }
+            if self.may_rewrite(cref.addr) {
+                self.pending_puts.insert(cref.addr, self.pending.len());
+            }
+        }
+        self.pending.push(op);
+    }
+
+    /// `pending` was cleared or its front taken: the indices moved.
+    pub(super) fn pending_moved(&mut self) {
+        self.pending_puts.clear();
     }
 
     /// A data segment was started by a change: what it takes is named by

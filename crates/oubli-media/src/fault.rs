@@ -183,6 +183,25 @@ impl<M: Medium> FaultMedium<M> {
         }
     }
 
+    /// One write of `data` to a segment (`write` passes it to the inner
+    /// medium): an I/O point that may fail, or tear and cut the power.
+    fn segment_write(
+        &self,
+        data: &[u8],
+        write: impl Fn(&[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        match self.point(Some(data.len())) {
+            Verdict::Proceed => write(data),
+            Verdict::Fail(e) => Err(e),
+            Verdict::Tear(n, e) => {
+                // The torn prefix's own outcome does not matter: the caller
+                // sees the power cut either way.
+                let _ = write(&data[..n]);
+                Err(e)
+            }
+        }
+    }
+
     /// Fails non-mutating calls once the power is cut.
     fn check_power(&self) -> io::Result<()> {
         match self.lock().cut_at {
@@ -222,16 +241,7 @@ impl<M: Medium> Medium for FaultMedium<M> {
     }
 
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
-        match self.point(Some(data.len())) {
-            Verdict::Proceed => self.inner.append(id, offset, data),
-            Verdict::Fail(e) => Err(e),
-            Verdict::Tear(n, e) => {
-                // The torn prefix's own outcome does not matter: the caller
-                // sees the power cut either way.
-                let _ = self.inner.append(id, offset, &data[..n]);
-                Err(e)
-            }
-        }
+        self.segment_write(data, |d| self.inner.append(id, offset, d))
     }
 
     fn can_rewrite(&self) -> bool {
@@ -240,14 +250,7 @@ impl<M: Medium> Medium for FaultMedium<M> {
 
     /// An I/O point like an append, torn the same way.
     fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
-        match self.point(Some(data.len())) {
-            Verdict::Proceed => self.inner.rewrite(id, offset, data),
-            Verdict::Fail(e) => Err(e),
-            Verdict::Tear(n, e) => {
-                let _ = self.inner.rewrite(id, offset, &data[..n]);
-                Err(e)
-            }
-        }
+        self.segment_write(data, |d| self.inner.rewrite(id, offset, d))
     }
 
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {

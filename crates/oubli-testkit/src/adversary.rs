@@ -20,16 +20,9 @@ pub struct Adversary {
     pub as_appended: Option<Arc<MemMedium>>,
 }
 
-/// A medium holding `segments` (whole, from offset 0), synced.
+/// A synced medium holding `segments`, each whole from offset 0.
 fn medium_of(segments: std::collections::BTreeMap<oubli_core::SegmentId, Vec<u8>>) -> MemMedium {
-    let medium = MemMedium::new();
-    for (id, bytes) in segments {
-        if !bytes.is_empty() {
-            medium.append(id, 0, &bytes).expect("in-memory append");
-        }
-    }
-    medium.sync().expect("in-memory sync");
-    medium
+    MemMedium::from_pieces(segments.into_iter().map(|(id, bytes)| (id, 0, bytes)))
 }
 
 impl Adversary {

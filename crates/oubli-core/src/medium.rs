@@ -118,14 +118,15 @@ pub trait Medium: Send + Sync {
     }
     /// Writes `data` over bytes `offset..offset + data.len()` of segment
     /// `id`, which were appended earlier (the segment's length does not
-    /// change). The engine calls it only for a unit that no durable state
-    /// and no write in flight names — one appended since the last intent-log
-    /// frame and tree capture, now replaced by a unit of the same length
-    /// (DESIGN §7, "Overwrites in place") — so the ordering rule is the
-    /// append's: nothing is durable until the next [`sync`](Self::sync),
-    /// and a power cut before it may leave the old bytes, the new ones or
-    /// any mix. What it saves is bytes: a page the kernel has not yet
-    /// written back takes the overwrite in memory. Default: `Unsupported`.
+    /// change). The engine calls it only over units that no durable state
+    /// and no write in flight names — appended since the last intent-log
+    /// frame and tree capture, now replaced by units of the same lengths,
+    /// one or a run of consecutive ones (DESIGN §7, "Overwrites in place")
+    /// — so the ordering rule is the append's: nothing is durable until
+    /// the next [`sync`](Self::sync), and a power cut before it may leave
+    /// the old bytes, the new ones or any mix. What it saves is bytes: a
+    /// page the kernel has not yet written back takes the overwrite in
+    /// memory. Default: `Unsupported`.
     fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
         let _ = (id, offset, data);
         Err(io::Error::new(

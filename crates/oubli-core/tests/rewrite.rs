@@ -4,6 +4,7 @@ mod common;
 
 use oubli_core::{CreateOptions, Medium, Store, SMALL_CELL_SIZE};
 use oubli_media::{MemMedium, SplitMix64, TearMode};
+use oubli_vault::MemoryVault;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -45,9 +46,35 @@ fn object(s: &Store, cells: u64) -> u64 {
     oid
 }
 
+/// `oid`'s cells hold the versions in `latest`, and still do after a
+/// flush, a crash and a reopen.
+fn holds_after_flush_and_crash(
+    s: Store,
+    medium: &MemMedium,
+    vault: &Arc<MemoryVault>,
+    oid: u64,
+    latest: &[u64],
+) {
+    let check = |s: &Store, when: &str| {
+        for (c, &version) in latest.iter().enumerate() {
+            let got = s.read(oid, c as u64 * CELL as u64, CELL).unwrap();
+            assert_eq!(
+                version_of(c as u64, &got),
+                Some(version),
+                "cell {c}, {when}"
+            );
+        }
+    };
+    check(&s, "before the crash");
+    s.flush().unwrap();
+    let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, 1));
+    drop(s);
+    check(&common::reopen(crashed, vault), "after the crash");
+}
+
 #[test]
 fn random_overwrites_between_flushes_take_their_units_place() {
-    let (s, medium, _vault) = common::store_with_parts(CreateOptions::default(), common::options());
+    let (s, medium, vault) = common::store_with_parts(CreateOptions::default(), common::options());
     let cells = 512; // 2 MiB: more than the write buffer keeps
     let oid = object(&s, cells);
     let before = medium_bytes(&medium);
@@ -68,23 +95,7 @@ fn random_overwrites_between_flushes_take_their_units_place() {
         "only {rewritten} units rewritten in place"
     );
     assert!(grown < 6 << 20, "the medium grew by {grown} bytes");
-    for c in 0..cells {
-        let got = s.read(oid, c * CELL as u64, CELL).unwrap();
-        assert_eq!(version_of(c, &got), Some(latest[c as usize]), "cell {c}");
-    }
-    // Durable and still right after a flush, a crash and a reopen.
-    s.flush().unwrap();
-    let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, 1));
-    drop(s);
-    let s = common::reopen(crashed, &_vault);
-    for c in 0..cells {
-        let got = s.read(oid, c * CELL as u64, CELL).unwrap();
-        assert_eq!(
-            version_of(c, &got),
-            Some(latest[c as usize]),
-            "cell {c} after the crash"
-        );
-    }
+    holds_after_flush_and_crash(s, &medium, &vault, oid, &latest);
 }
 
 #[test]
@@ -280,4 +291,139 @@ fn a_cell_rewritten_over_and_over_queues_one_change_and_replays_to_the_last() {
         let got = s.read(oid, c * CELL as u64, CELL).unwrap();
         assert_eq!(version_of(c, &got), Some(latest[c as usize]), "cell {c}");
     }
+}
+
+/// `cells` consecutive cells from `first`, each at `version`: one write.
+fn run_of(first: u64, cells: u64, version: u64) -> Vec<u8> {
+    (first..first + cells)
+        .flat_map(|c| content(c, version))
+        .collect()
+}
+
+#[test]
+fn large_writes_over_unnamed_runs_take_their_place() {
+    let (s, medium, vault) = common::store_with_parts(CreateOptions::default(), common::options());
+    let cells = 1024; // 4 MiB in 4 KiB cells
+    let oid = object(&s, cells);
+    let before = medium_bytes(&medium);
+    let mut rng = SplitMix64::new(21);
+    let mut latest = vec![0u64; cells as usize];
+    // Writes of 16–64 cells (64–256 KiB, a block device's writeback) at
+    // random cell boundaries, 8 rounds of the object's size.
+    let mut written = 0;
+    for version in 1.. {
+        if written >= 8 * cells {
+            break;
+        }
+        let n = 16 + rng.below(49);
+        let first = rng.below(cells - n);
+        s.write(oid, first * CELL as u64, &run_of(first, n, version))
+            .unwrap();
+        latest[first as usize..(first + n) as usize].fill(version);
+        written += n;
+    }
+    let rewritten = s.status().unwrap().units_rewritten;
+    let grown = medium_bytes(&medium) - before;
+    // 32 MiB of writes: appended, the medium would grow by that much.
+    assert!(
+        rewritten > 4 * cells,
+        "only {rewritten} units rewritten in place"
+    );
+    assert!(grown < 12 << 20, "the medium grew by {grown} bytes");
+    holds_after_flush_and_crash(s, &medium, &vault, oid, &latest);
+}
+
+#[test]
+fn units_the_cleaner_copies_are_never_rewritten_and_the_rest_still_are() {
+    // Small segments, so that the cleaner has victims; a commit at the
+    // second deletion, which starts a cleaner run that the changes after
+    // it carry out a slice each.
+    let options = oubli_core::Options {
+        small_writes_buffered: 0,
+        policy: oubli_core::EpochPolicy {
+            deletions: Some(2),
+            ..oubli_core::EpochPolicy::manual()
+        },
+        cleaner: oubli_core::CleanerPolicy {
+            dead_share: 0.3,
+            min_dead_bytes: 1 << 20,
+            threshold: 0.6,
+            max_move_bytes: u64::MAX,
+        },
+        ..common::options()
+    };
+    let medium = Arc::new(MemMedium::with_segment_capacity(256 << 10));
+    let (s, vault) = common::store_on(medium.clone(), CreateOptions::default(), options);
+    let small = |s: &Store| {
+        let oid = s.create_object(b"").unwrap();
+        assert!(s.use_small_cells(oid).unwrap());
+        oid
+    };
+    // Kept (and held by a snapshot) and doomed interleaved: a quarter of
+    // every segment stays live, and the cleaner copies it out.
+    let (kept, doomed, tiny, hot) = (small(&s), small(&s), small(&s), small(&s));
+    let cells = 2048u64;
+    for c in 0..cells {
+        s.write(kept, c * CELL as u64, &content(c, 0)).unwrap();
+        for k in 0..3 {
+            let d = 3 * c + k;
+            s.write(doomed, d * CELL as u64, &content(d, 0)).unwrap();
+        }
+    }
+    s.write(tiny, 0, b"x").unwrap();
+    s.flush().unwrap();
+    s.delete(doomed).unwrap();
+    s.snapshot_create("before", None).unwrap();
+    s.delete(tiny).unwrap();
+    assert!(
+        s.status().unwrap().cleaner.is_some(),
+        "no cleaner run started"
+    );
+    // While the run goes on (each change carries out a slice): runs of
+    // kept cells overwritten, from the first (whose units the cleaner
+    // copied first: those copies the snapshot shares, and they must stay
+    // as they are), and a hot run written twice in a row (the second
+    // write may take the first's place: a slice names only what it
+    // copied).
+    let run = 16;
+    let mut latest = vec![0u64; cells as usize];
+    let mut hot_rewrites = 0;
+    let mut version = 0;
+    while s.status().unwrap().cleaner.is_some() && version < 1000 {
+        version += 1;
+        let first = (version - 1) * run % cells;
+        s.write(kept, first * CELL as u64, &run_of(first, run, version))
+            .unwrap();
+        latest[first as usize..(first + run) as usize].fill(version);
+        s.write(hot, 0, &run_of(0, run, version)).unwrap();
+        let before = s.status().unwrap().units_rewritten;
+        s.write(hot, 0, &run_of(0, run, version + 1)).unwrap();
+        hot_rewrites += u64::from(s.status().unwrap().units_rewritten >= before + run);
+    }
+    eprintln!("{version} rounds of writes during the cleaner run");
+    assert!(s.status().unwrap().cleaner.is_none(), "the run never ended");
+    assert!(
+        hot_rewrites > version / 2,
+        "{hot_rewrites} runs rewritten in place in {version} pairs of writes during the run"
+    );
+    let check = |s: &Store, when: &str| {
+        let snap = s.snapshot("before").unwrap();
+        for c in 0..cells {
+            let got = snap
+                .read(kept, c * CELL as u64, CELL)
+                .unwrap_or_else(|e| panic!("snapshot, cell {c}, {when}: {e}"));
+            assert_eq!(version_of(c, &got), Some(0), "snapshot, cell {c}, {when}");
+            let got = s.read(kept, c * CELL as u64, CELL).unwrap();
+            assert_eq!(
+                version_of(c, &got),
+                Some(latest[c as usize]),
+                "cell {c}, {when}"
+            );
+        }
+    };
+    check(&s, "after the run");
+    s.commit().unwrap();
+    let crashed = Arc::new(medium.crash(TearMode::DropUnsynced, 3));
+    drop(s);
+    check(&common::reopen(crashed, &vault), "reopened");
 }

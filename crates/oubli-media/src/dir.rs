@@ -15,7 +15,7 @@
 //! always either the old or the new content, never torn; the rename itself
 //! becomes durable at the next `sync` (directory fsync).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -104,6 +104,11 @@ struct Writer {
 struct DirState {
     writers: Mru<Writer>,
     readers: Mru<Arc<File>>,
+    /// Handles for rewriting segments that are no longer appended to.
+    rewriters: Mru<Arc<File>>,
+    /// How long each segment this handle appended to is (finished or not;
+    /// forgotten when it is deleted): `rewrite` writes only inside these.
+    appended: HashMap<SegmentId, u64>,
     /// Segments written since the last successful sync. Kept by id rather
     /// than by handle so that evicting a handle from the cache does not lose
     /// the obligation to fsync it (fsync flushes the file, whatever fd).
@@ -270,6 +275,8 @@ impl DirMedium {
             state: Mutex::new(DirState {
                 writers: Mru::new(WRITER_CACHE),
                 readers: Mru::new(READER_CACHE),
+                rewriters: Mru::new(WRITER_CACHE),
+                appended: HashMap::new(),
                 dirty: BTreeSet::new(),
                 segdir_dirty: false,
                 root_dirty: false,
@@ -440,9 +447,11 @@ impl Medium for DirMedium {
         if let Err(e) = file.write_all_at(data, offset) {
             // The length is now unknown; reopening re-reads it.
             st.writers.remove(id);
+            st.appended.remove(&id);
             return Err(e);
         }
         let mut hint = None;
+        st.appended.insert(id, offset + data.len() as u64);
         if let Some(w) = st.writers.get(id) {
             w.len = offset + data.len() as u64;
             hint = writeback_due(&mut w.hinted_to, w.len);
@@ -460,19 +469,33 @@ impl Medium for DirMedium {
         !self.read_only
     }
 
-    /// Only inside what this handle appended to a segment it still appends
-    /// to. No writeback hint: the page cache is where an overwrite costs
+    /// Only inside what this handle appended, to a segment it still
+    /// appends to or one it finished (a block device's writeback rewrites
+    /// a file's extents a pass apart: hundreds of MiB, several segments).
+    /// No writeback hint: the page cache is where an overwrite costs
     /// nothing, and the next sync writes what is left.
     fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
         self.writable()?;
         let mut st = self.lock();
-        let Some(w) = st.writers.get(id) else {
+        let Some(&len) = st.appended.get(&id) else {
             return Err(invalid_input(format!(
-                "rewrite in segment {id:08x}, which this handle is not appending to"
+                "rewrite in segment {id:08x}, which this handle did not append to"
             )));
         };
-        check_rewrite_bounds(id, w.len, offset, data.len())?;
-        let file = w.file.clone();
+        check_rewrite_bounds(id, len, offset, data.len())?;
+        let file = match st.writers.get(id) {
+            Some(w) => w.file.clone(),
+            None => match st.rewriters.get(id) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = Arc::new(OpenOptions::new().write(true).open(self.seg_path(id))?);
+                    st.rewriters.insert(id, f.clone());
+                    f
+                }
+            },
+        };
+        // Dirty before writing, as an append: the next sync flushes
+        // whatever landed, through any handle.
         st.dirty.insert(id);
         drop(st);
         file.write_all_at(data, offset)
@@ -580,7 +603,12 @@ impl Medium for DirMedium {
         let handles = {
             let mut st = self.lock();
             st.dirty.remove(&id);
-            (st.writers.remove(id), st.readers.remove(id))
+            st.appended.remove(&id);
+            (
+                st.writers.remove(id),
+                st.readers.remove(id),
+                st.rewriters.remove(id),
+            )
         };
         drop(handles);
         let path = self.seg_path(id);
@@ -793,9 +821,28 @@ mod tests {
             m.rewrite(1, 5, b"XY").unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
+        // Finished, and its writer evicted by appends to more segments than
+        // the cache keeps: still this handle's, still rewritable inside.
+        m.finish_segment(1, 6).unwrap();
+        for id in 2..=(WRITER_CACHE as u32 + 2) {
+            m.append(id, 0, b"other").unwrap();
+        }
+        m.rewrite(1, 0, b"Q").unwrap();
+        assert_eq!(
+            m.rewrite(1, 5, b"XY").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         m.sync().unwrap();
+        assert_eq!(read_all(&m, 1), b"QbXYef");
+        assert_eq!(fs::read(m.seg_path(1)).unwrap(), b"QbXYef");
+        // Deleted: forgotten.
+        m.delete_segment(2).unwrap();
+        assert_eq!(
+            m.rewrite(2, 0, b"Z").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         drop(m);
-        // Reopened: the segment is no longer one this handle appends to.
+        // Reopened: the segment is no longer one this handle appended to.
         let m = DirMedium::open(d.path().join("store")).unwrap();
         assert_eq!(
             m.rewrite(1, 0, b"Z").unwrap_err().kind(),

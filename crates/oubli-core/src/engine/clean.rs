@@ -98,6 +98,9 @@ pub(super) struct Appender {
     pub(super) data_segment: Option<(SegmentId, u64)>,
     pub(super) next_segment: SegmentId,
     pub(super) target: u64,
+    /// Where the data segments ended when it was made: what it appends
+    /// lies between there and where it leaves them.
+    from: u64,
 }
 
 impl Appender {
@@ -106,6 +109,7 @@ impl Appender {
             data_segment: e.data_segment,
             next_segment: e.next_segment,
             target: e.segment_target,
+            from: e.data_end(),
         }
     }
 
@@ -127,13 +131,14 @@ impl Appender {
     }
 
     pub(super) fn give_back(self, e: &mut Engine) {
+        let started = e.next_segment..self.next_segment;
         e.data_segment = self.data_segment;
         e.next_segment = self.next_segment;
         e.mark_unsynced();
         // A moved unit may be a snapshot's too (the cleaner moves a unit
-        // once for every root that shares it): it, and everything before
-        // it, is never rewritten in place.
-        e.name_units();
+        // once for every root that shares it): what was appended is never
+        // rewritten in place. The foreground's units before it still may be.
+        e.copied_between(self.from, e.data_end(), started);
     }
 }
 

@@ -459,6 +459,9 @@ struct Engine {
     unnamed_from: u64,
     /// The data segments appended to since the last naming.
     unnamed_segments: Vec<SegmentId>,
+    /// Address ranges (start → end) where the cleaner copied units since
+    /// the last naming: never rewritten in place (`rewrite.rs`).
+    copied: BTreeMap<u64, u64>,
     /// Where in `pending` the `PutCell` of each unit that may be rewritten
     /// in place is, by address: a rewrite replaces that op instead of
     /// queueing another (`rewrite.rs`).

@@ -311,6 +311,7 @@ impl Engine {
             closing: false,
             unnamed_from: 0,
             unnamed_segments: Vec::new(),
+            copied: BTreeMap::new(),
             pending_puts: HashMap::new(),
             can_rewrite: false,
             rewrites: Arc::new(AtomicU64::new(0)),

@@ -21,15 +21,48 @@ impl Engine {
     /// Everything appended so far is named (a frame or a persisted tree now
     /// refers to it, or may): from here on, only later units are rewritten.
     pub(super) fn name_units(&mut self) {
-        let end = match self.data_segment {
-            Some((seg, off)) => addr(seg, off as u32),
-            None => addr(self.next_segment, 0),
-        };
-        self.unnamed_from = self.unnamed_from.max(end);
+        self.unnamed_from = self.unnamed_from.max(self.data_end());
         self.unnamed_segments.clear();
         self.unnamed_segments
             .extend(self.data_segment.map(|(seg, _)| seg));
+        self.copied.clear();
         self.pending_puts.clear();
+    }
+
+    /// Where the next unit appended to the data segments would begin, or
+    /// a place before it (the next segment's start).
+    pub(super) fn data_end(&self) -> u64 {
+        match self.data_segment {
+            Some((seg, off)) => addr(seg, off as u32),
+            None => addr(self.next_segment, 0),
+        }
+    }
+
+    /// The cleaner (or a consolidation) appended copies of units between
+    /// `from` and `to`, starting the data segments `started` for them:
+    /// those copies are never rewritten in place (a snapshot may name
+    /// them too), but they name nothing else, so the units appended
+    /// before them stay rewritable. (A slice used to name everything,
+    /// which left a store being cleaned, a device's writeback say, with
+    /// no overwrite in place at all.)
+    pub(super) fn copied_between(
+        &mut self,
+        from: u64,
+        to: u64,
+        started: std::ops::Range<SegmentId>,
+    ) {
+        self.unnamed_segments.extend(started);
+        if to <= from {
+            return;
+        }
+        // Slices with no foreground append between them make one range.
+        if let Some(mut last) = self.copied.last_entry() {
+            if *last.get() == from {
+                *last.get_mut() = to;
+                return;
+            }
+        }
+        self.copied.insert(from, to);
     }
 
     /// Queues `op` for the next frame. The `PutCell` of a unit rewritten in
@@ -79,6 +112,11 @@ impl Engine {
         self.can_rewrite
             && at >= self.unnamed_from
             && self.unnamed_segments.contains(&addr_segment(at))
+            && self
+                .copied
+                .range(..=at)
+                .next_back()
+                .is_none_or(|(_, &end)| at >= end)
     }
 
     /// Where the new unit of `cell` (`len` sealed bytes) goes if it can
@@ -101,20 +139,28 @@ impl Engine {
         })
     }
 
-    /// Writes `sealed` over the unit at `at` (see the module docs); falls
-    /// back to appending it if the medium refuses (the old unit, torn or
-    /// not, leaves the tree either way and nothing durable names it).
-    pub(super) fn rewrite_unit(&mut self, at: u64, sealed: &[u8]) -> Result<u64> {
+    /// Writes `sealed` (units of `unit` bytes, one after another) over the
+    /// units at `at` and after it (see the module docs); returns each new
+    /// unit's address. Falls back to appending them if the medium refuses
+    /// (the old units, torn or not, leave the tree either way and nothing
+    /// durable names them).
+    pub(super) fn rewrite_units(
+        &mut self,
+        at: u64,
+        sealed: &[u8],
+        unit: usize,
+    ) -> Result<Vec<u64>> {
         // Before the bytes change: a reader that sees them changed sees
         // the count moved too.
         self.rewrites.fetch_add(1, Ordering::SeqCst);
         let (seg, off) = (addr_segment(at), addr_offset(at) as u64);
         if self.ctx.medium.rewrite(seg, off, sealed).is_err() {
-            return self.append_unit(sealed);
+            return self.append_units(sealed, unit);
         }
-        self.units_rewritten += 1;
+        let units = sealed.len() / unit;
+        self.units_rewritten += units as u64;
         self.mark_unsynced();
-        Ok(at)
+        Ok((0..units).map(|k| at + (k * unit) as u64).collect())
     }
 }
 

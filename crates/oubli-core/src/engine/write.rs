@@ -336,7 +336,7 @@ impl Engine {
             .provider
             .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
         let addr = match self.place_of_replaced(oid, cell, sealed.len())? {
-            Some(at) => self.rewrite_unit(at, &sealed)?,
+            Some(at) => self.rewrite_units(at, &sealed, sealed.len())?[0],
             None => self.append_unit(&sealed)?,
         };
         let cref = CellRef {
@@ -349,29 +349,56 @@ impl Engine {
         self.apply(Op::PutCell { oid, cell, cref }, true)
     }
 
-    /// Appends a run of sealed whole cells (in as few pieces as segment
-    /// boundaries allow) and points the tree at them.
+    /// Puts a run of sealed whole cells in the tree. A cell whose old unit
+    /// may still be rewritten (`rewrite.rs`) takes that unit's place; the
+    /// others are appended, in as few pieces as segment boundaries allow.
+    /// Consecutive cells bound the same way (over consecutive old units, or
+    /// appended) go in one write: a block device's writeback sends the same
+    /// extents again and again, so a rewritten run is usually one write.
     pub(super) fn put_run(&mut self, oid: u64, run: SealedRun) -> Result<()> {
         let unit = run.cell_size as usize + TAG_LEN;
-        let mut cell = run.first_cell;
+        let count = run.key_refs.len();
+        let places = (0..count as u64)
+            .map(|i| self.place_of_replaced(oid, run.first_cell + i, unit))
+            .collect::<Result<Vec<_>>>()?;
         let mut key_refs = run.key_refs.into_iter();
-        for piece in self.split_for_segments(&run.bytes, unit) {
-            let base = self.append_unit(piece)?;
-            for k in 0..piece.len() / unit {
+        let mut i = 0;
+        while i < count {
+            let j = i + same_way(&places[i..], unit as u64);
+            let bytes = &run.bytes[i * unit..j * unit];
+            let addrs = match places[i] {
+                Some(at) => self.rewrite_units(at, bytes, unit)?,
+                None => self.append_units(bytes, unit)?,
+            };
+            // Into the tree right after their bytes, so that a failure
+            // further on leaves no cell pointing at a unit written over.
+            for (k, addr) in addrs.into_iter().enumerate() {
+                let cell = run.first_cell + (i + k) as u64;
                 let key = key_refs.next().expect("one key per unit");
                 self.take_dirty(oid, cell);
                 let cref = CellRef {
                     start: 0,
                     len: run.cell_size,
-                    addr: base + (k * unit) as u64,
+                    addr,
                     key,
                     holes: Holes::new(),
                 };
                 self.apply(Op::PutCell { oid, cell, cref }, true)?;
-                cell += 1;
             }
+            i = j;
         }
         Ok(())
+    }
+
+    /// Appends `bytes` (units of `unit` bytes) in as few pieces as segment
+    /// boundaries allow; returns each unit's address.
+    pub(super) fn append_units(&mut self, bytes: &[u8], unit: usize) -> Result<Vec<u64>> {
+        let mut addrs = Vec::with_capacity(bytes.len() / unit);
+        for piece in self.split_for_segments(bytes, unit) {
+            let base = self.append_unit(piece)?;
+            addrs.extend((0..piece.len() / unit).map(|k| base + (k * unit) as u64));
+        }
+        Ok(addrs)
     }
 
     /// Lets go of a run sealed for cells the write did not end up using:
@@ -730,4 +757,24 @@ impl Engine {
         self.size_dirty.remove(&oid);
         self.apply(Op::DeleteObject { oid }, true)
     }
+}
+
+/// How many of `places` (the first included) go the same way as the first:
+/// over consecutive old units of one segment, or appended.
+fn same_way(places: &[Option<u64>], unit: u64) -> usize {
+    let Some(&first) = places.first() else {
+        return 0;
+    };
+    let follows = |k: usize, p: &Option<u64>| match (first, p) {
+        (Some(at), Some(here)) => {
+            *here == at + k as u64 * unit && addr_segment(*here) == addr_segment(at)
+        }
+        (None, None) => true,
+        _ => false,
+    };
+    places
+        .iter()
+        .enumerate()
+        .take_while(|(k, p)| follows(*k, p))
+        .count()
 }

@@ -24,6 +24,16 @@ pub fn store_with_parts(
     options: Options,
 ) -> (Store, Arc<MemMedium>, Arc<MemoryVault>) {
     let medium = Arc::new(MemMedium::new());
+    let (store, vault) = store_on(medium.clone(), create, options);
+    (store, medium, vault)
+}
+
+/// A store made on `medium`, and its vault.
+pub fn store_on(
+    medium: Arc<MemMedium>,
+    create: CreateOptions,
+    options: Options,
+) -> (Store, Arc<MemoryVault>) {
     let vault = Arc::new(MemoryVault::empty());
     let v = vault.clone();
     let store = Store::create(
@@ -36,7 +46,7 @@ pub fn store_with_parts(
         options,
     )
     .unwrap();
-    (store, medium, vault)
+    (store, vault)
 }
 
 /// Opens `medium` (a crashed copy, say) with `vault` and manual epochs.

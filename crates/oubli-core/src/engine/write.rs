@@ -355,12 +355,19 @@ impl Engine {
     /// Consecutive cells bound the same way (over consecutive old units, or
     /// appended) go in one write: a block device's writeback sends the same
     /// extents again and again, so a rewritten run is usually one write.
-    pub(super) fn put_run(&mut self, oid: u64, run: SealedRun) -> Result<()> {
+    /// `old_size` is the object's size before the write: cells past it
+    /// hold nothing to take the place of (a stream's appends), so they are
+    /// not looked up.
+    pub(super) fn put_run(&mut self, oid: u64, run: SealedRun, old_size: u64) -> Result<()> {
         let unit = run.cell_size as usize + TAG_LEN;
         let count = run.key_refs.len();
-        let places = (0..count as u64)
-            .map(|i| self.place_of_replaced(oid, run.first_cell + i, unit))
-            .collect::<Result<Vec<_>>>()?;
+        let places = if run.first_cell * u64::from(run.cell_size) >= old_size {
+            vec![None; count]
+        } else {
+            (0..count as u64)
+                .map(|i| self.place_of_replaced(oid, run.first_cell + i, unit))
+                .collect::<Result<Vec<_>>>()?
+        };
         let mut key_refs = run.key_refs.into_iter();
         let mut i = 0;
         while i < count {
@@ -480,7 +487,7 @@ impl Engine {
                 // The run of whole cells, sealed before the lock was taken.
                 if let Some(run) = sealed.take_if(|r| r.first_cell == cell) {
                     pos += run.key_refs.len() as u64 * cs;
-                    self.put_run(oid, run)?;
+                    self.put_run(oid, run, record.size)?;
                     continue;
                 }
             }

@@ -139,28 +139,21 @@ impl Engine {
         })
     }
 
-    /// Writes `sealed` (units of `unit` bytes, one after another) over the
-    /// units at `at` and after it (see the module docs); returns each new
-    /// unit's address. Falls back to appending them if the medium refuses
-    /// (the old units, torn or not, leave the tree either way and nothing
-    /// durable names them).
-    pub(super) fn rewrite_units(
-        &mut self,
-        at: u64,
-        sealed: &[u8],
-        unit: usize,
-    ) -> Result<Vec<u64>> {
+    /// Writes `sealed` (`units` units, one after another) over the units
+    /// at `at` and after it (see the module docs). False if the medium
+    /// refuses: the caller appends them instead (the old units, torn or
+    /// not, leave the tree either way and nothing durable names them).
+    pub(super) fn rewrite_in_place(&mut self, at: u64, sealed: &[u8], units: usize) -> bool {
         // Before the bytes change: a reader that sees them changed sees
         // the count moved too.
         self.rewrites.fetch_add(1, Ordering::SeqCst);
         let (seg, off) = (addr_segment(at), addr_offset(at) as u64);
         if self.ctx.medium.rewrite(seg, off, sealed).is_err() {
-            return self.append_units(sealed, unit);
+            return false;
         }
-        let units = sealed.len() / unit;
         self.units_rewritten += units as u64;
         self.mark_unsynced();
-        Ok((0..units).map(|k| at + (k * unit) as u64).collect())
+        true
     }
 }
 

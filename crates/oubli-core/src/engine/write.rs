@@ -336,8 +336,8 @@ impl Engine {
             .provider
             .seal(&key, &cell_aad(oid, cell, start, len), &mut sealed);
         let addr = match self.place_of_replaced(oid, cell, sealed.len())? {
-            Some(at) => self.rewrite_units(at, &sealed, sealed.len())?[0],
-            None => self.append_unit(&sealed)?,
+            Some(at) if self.rewrite_in_place(at, &sealed, 1) => at,
+            _ => self.append_unit(&sealed)?,
         };
         let cref = CellRef {
             start,
@@ -374,8 +374,10 @@ impl Engine {
             let j = i + same_way(&places[i..], unit as u64);
             let bytes = &run.bytes[i * unit..j * unit];
             let addrs = match places[i] {
-                Some(at) => self.rewrite_units(at, bytes, unit)?,
-                None => self.append_units(bytes, unit)?,
+                Some(at) if self.rewrite_in_place(at, bytes, j - i) => {
+                    (0..j - i).map(|k| at + (k * unit) as u64).collect()
+                }
+                _ => self.append_units(bytes, unit)?,
             };
             // Into the tree right after their bytes, so that a failure
             // further on leaves no cell pointing at a unit written over.

@@ -65,7 +65,14 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Connections beyond this number are closed at once.
     pub max_connections: usize,
-    /// Requests of one connection carried out at the same time (1: strictly in order).
+    /// Requests of one connection carried out at the same time (1: strictly
+    /// in order). Default 16, the queue depth of a busy client: each read
+    /// a worker carries out holds it through its `pread`, so with fewer
+    /// workers than requests in flight the disk sees fewer reads than the
+    /// client asked for, and a read that waits for the disk holds up the
+    /// reads behind it that the page cache could answer. Memory does not
+    /// grow with it: payloads and replies in flight are capped by bytes
+    /// (`max_inflight_bytes`), not by worker.
     pub workers_per_connection: usize,
     /// The only exports clients may open or list (`None`: every export in
     /// the store). `oubli serve` gives the one it was asked to serve.
@@ -118,7 +125,7 @@ impl Default for ServerConfig {
             commit_on_shutdown: true,
             shutdown_grace: Duration::from_secs(5),
             max_connections: 128,
-            workers_per_connection: 4,
+            workers_per_connection: 16,
             exports: None,
             tls: None,
             handshake_timeout: Duration::from_secs(10),

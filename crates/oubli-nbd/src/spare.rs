@@ -23,7 +23,7 @@ pub(crate) struct SpareBuffers {
 }
 
 impl SpareBuffers {
-    /// Buffers kept at most: four workers of two connections at queue depth four.
+    /// Buffers kept at most: two connections of 1 MiB reads at queue depth four.
     pub(crate) const KEEP: usize = 8;
     /// The largest buffer kept: a 1 MiB read's sealed cells with room to spare.
     pub(crate) const MAX_CAPACITY: usize = 2 << 20;

@@ -1,7 +1,7 @@
 //! A commit releases the engine lock across its syncs and vault rotation, a flush across its syncs: reads and writes go on meanwhile, a flush waits for a commit or flush in flight, and nothing accepted meanwhile is lost.
 
 use oubli_core::{CreateOptions, EpochPolicy, Medium, Options, Store, Vault, ROOT_DIR};
-use oubli_media::MemMedium;
+use oubli_media::{GateMedium, Gated, MemMedium};
 use oubli_vault::{MemoryVault, SlowVault};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -565,153 +565,13 @@ fn a_writer_outrunning_background_commits_waits_for_the_one_in_flight() {
     assert_eq!(store.read(oid, 96 << 10, 4).unwrap(), [3u8; 4]);
 }
 
-/// What a [`MediumGate`] holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Gated {
-    Reads,
-    Syncs,
-}
-
-/// A medium whose reads or syncs can be held at a gate (the way `SlowVault`
-/// holds a rotation): what reads or syncs the medium then waits until the
-/// test lets it go. It also notes two syncs running at once, which a
-/// medium like `DirMedium` (it takes its dirty set, then fsyncs) does not
-/// survive: the second may return before the first's data is down.
-struct MediumGate {
-    inner: MemMedium,
-    gated: Gated,
-    /// Held, how many calls wait at the gate, and how many of them it
-    /// lets through while held.
-    gate: std::sync::Mutex<(bool, usize, usize)>,
-    changed: std::sync::Condvar,
-    /// Syncs running now, the most that ever ran at once, and how many ran.
-    syncing: std::sync::Mutex<(usize, usize, usize)>,
-    /// Sleep inside each sync, to widen the window two syncs could share.
-    sync_delay: Duration,
-}
-
-impl MediumGate {
-    fn new(inner: MemMedium, gated: Gated) -> MediumGate {
-        MediumGate {
-            inner,
-            gated,
-            gate: std::sync::Mutex::new((false, 0, 0)),
-            changed: std::sync::Condvar::new(),
-            syncing: std::sync::Mutex::new((0, 0, 0)),
-            sync_delay: Duration::ZERO,
-        }
-    }
-    fn hold(&self) {
-        self.gate.lock().unwrap().0 = true;
-    }
-    fn release(&self) {
-        self.gate.lock().unwrap().0 = false;
-        self.changed.notify_all();
-    }
-    /// Lets the next `n` calls through a held gate, and waits until they
-    /// are through (it stays held for the ones after).
-    fn let_through(&self, n: usize) {
-        let mut g = self.gate.lock().unwrap();
-        g.2 += n;
-        self.changed.notify_all();
-        while g.2 > 0 {
-            g = self.changed.wait(g).unwrap();
-        }
-    }
-    /// Waits until a call is held at the gate (panics after 20 s: the
-    /// call the test expects never came).
-    fn wait_until_entered(&self) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let mut g = self.gate.lock().unwrap();
-        while g.1 == 0 {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            assert!(!left.is_zero(), "no call reached the gate within 20 s");
-            g = self.changed.wait_timeout(g, left).unwrap().0;
-        }
-    }
-    /// How many calls wait at the gate now.
-    fn waiting(&self) -> usize {
-        self.gate.lock().unwrap().1
-    }
-    /// The most syncs that ever ran at once.
-    fn most_syncs_at_once(&self) -> usize {
-        self.syncing.lock().unwrap().1
-    }
-    /// Syncs so far.
-    fn syncs(&self) -> usize {
-        self.syncing.lock().unwrap().2
-    }
-    fn pass(&self, what: Gated) {
-        if what != self.gated {
-            return;
-        }
-        let mut g = self.gate.lock().unwrap();
-        if g.0 {
-            g.1 += 1;
-            self.changed.notify_all();
-            while g.0 && g.2 == 0 {
-                g = self.changed.wait(g).unwrap();
-            }
-            if g.0 {
-                g.2 -= 1; // let through while held
-            }
-            g.1 -= 1;
-            self.changed.notify_all();
-        }
-    }
-}
-
-impl Medium for MediumGate {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn segment_capacity(&self) -> u64 {
-        self.inner.segment_capacity()
-    }
-    fn append(&self, id: oubli_core::SegmentId, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.append(id, offset, data)
-    }
-    fn read(&self, id: oubli_core::SegmentId, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.pass(Gated::Reads);
-        self.inner.read(id, offset, buf)
-    }
-    fn segment_len(&self, id: oubli_core::SegmentId) -> std::io::Result<Option<u64>> {
-        self.inner.segment_len(id)
-    }
-    fn list_segments(&self) -> std::io::Result<Vec<oubli_core::SegmentId>> {
-        self.inner.list_segments()
-    }
-    fn delete_segment(&self, id: oubli_core::SegmentId) -> std::io::Result<()> {
-        self.inner.delete_segment(id)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        {
-            let mut s = self.syncing.lock().unwrap();
-            s.0 += 1;
-            s.1 = s.1.max(s.0);
-            s.2 += 1;
-        }
-        self.pass(Gated::Syncs);
-        std::thread::sleep(self.sync_delay);
-        let result = self.inner.sync();
-        self.syncing.lock().unwrap().0 -= 1;
-        result
-    }
-    fn read_superblock(&self, slot: oubli_core::Slot) -> std::io::Result<Option<Vec<u8>>> {
-        self.inner.read_superblock(slot)
-    }
-    fn write_superblock(&self, slot: oubli_core::Slot, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_superblock(slot, data)
-    }
-}
-
 /// A flush syncs and appends the intent log without the engine lock:
 /// writes and reads go on while its syncs are held, a second flush waits
 /// for the first (no second sync starts beside it), and after a power cut
 /// everything either flush acknowledged is there.
 #[test]
 fn writes_go_on_while_a_flush_syncs_and_what_it_acknowledged_survives_a_crash() {
-    let medium = Arc::new(MediumGate::new(MemMedium::new(), Gated::Syncs));
+    let medium = Arc::new(GateMedium::new(MemMedium::new(), Gated::Syncs));
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
     let a = store.create_object(b"a").unwrap();
@@ -752,7 +612,7 @@ fn writes_go_on_while_a_flush_syncs_and_what_it_acknowledged_survives_a_crash() 
     // The power cut loses what was not synced: nothing either flush
     // acknowledged.
     std::mem::forget(store);
-    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 7));
+    let crashed = Arc::new(medium.inner().crash(oubli_media::TearMode::DropUnsynced, 7));
     let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
     assert_eq!(
         store.read(a, 0, 100).unwrap(),
@@ -773,7 +633,7 @@ fn writes_go_on_while_a_flush_syncs_and_what_it_acknowledged_survives_a_crash() 
 /// and after a power cut both writes are there.
 #[test]
 fn cells_in_a_flushs_frame_are_readable_while_it_syncs() {
-    let medium = Arc::new(MediumGate::new(MemMedium::new(), Gated::Syncs));
+    let medium = Arc::new(GateMedium::new(MemMedium::new(), Gated::Syncs));
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
     // Whole cells sealed into a data segment as they come: the flush syncs
@@ -793,7 +653,7 @@ fn cells_in_a_flushs_frame_are_readable_while_it_syncs() {
     let read = read.expect("a read waited for the flush's sync");
     assert_eq!(read.unwrap(), b"in the frame");
     std::mem::forget(store);
-    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 3));
+    let crashed = Arc::new(medium.inner().crash(oubli_media::TearMode::DropUnsynced, 3));
     let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
     assert_eq!(store.read(small, 0, 100).unwrap(), b"in the frame");
     assert_eq!(store.read(big, 0, 256 << 10).unwrap(), vec![7u8; 256 << 10]);
@@ -804,8 +664,8 @@ fn cells_in_a_flushs_frame_are_readable_while_it_syncs() {
 /// each writer's last flushed write survives a power cut.
 #[test]
 fn flushes_from_many_threads_never_sync_beside_each_other() {
-    let mut gate = MediumGate::new(MemMedium::new(), Gated::Syncs);
-    gate.sync_delay = Duration::from_micros(300);
+    let gate =
+        GateMedium::new(MemMedium::new(), Gated::Syncs).with_sync_delay(Duration::from_micros(300));
     let medium = Arc::new(gate);
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
@@ -826,7 +686,11 @@ fn flushes_from_many_threads_never_sync_beside_each_other() {
     let oids: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     assert_eq!(medium.most_syncs_at_once(), 1, "two flushes synced at once");
     std::mem::forget(store);
-    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 11));
+    let crashed = Arc::new(
+        medium
+            .inner()
+            .crash(oubli_media::TearMode::DropUnsynced, 11),
+    );
     let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
     for (t, oid) in oids.into_iter().enumerate() {
         for i in 32..40u32 {
@@ -855,7 +719,7 @@ fn flushes_from_many_threads_never_sync_beside_each_other() {
 #[test]
 fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
     const THREADS: u8 = 16;
-    let medium = Arc::new(MediumGate::new(MemMedium::new(), Gated::Syncs));
+    let medium = Arc::new(GateMedium::new(MemMedium::new(), Gated::Syncs));
     let vault = Arc::new(MemoryVault::empty());
     let store = Arc::new(create_with(medium.clone(), vault.clone(), options()));
     // The syncs one flush of one small write makes on this medium.
@@ -927,7 +791,11 @@ fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
     );
     assert_eq!(medium.most_syncs_at_once(), 1, "two flushes synced at once");
     std::mem::forget(store);
-    let crashed = Arc::new(medium.inner.crash(oubli_media::TearMode::DropUnsynced, 13));
+    let crashed = Arc::new(
+        medium
+            .inner()
+            .crash(oubli_media::TearMode::DropUnsynced, 13),
+    );
     let store = Store::open(crashed as Arc<dyn Medium>, vault, options()).unwrap();
     assert_eq!(store.read(probe, 0, 5).unwrap(), b"first");
     for (t, oid) in oids.into_iter().enumerate() {
@@ -949,7 +817,7 @@ fn flushes_queued_behind_one_in_flight_are_served_by_one_frame() {
 #[test]
 fn segments_filled_beside_a_cleaner_trace_are_kept() {
     const SEGMENT: u64 = 256 << 10;
-    let medium = Arc::new(MediumGate::new(
+    let medium = Arc::new(GateMedium::new(
         MemMedium::with_segment_capacity(SEGMENT),
         Gated::Reads,
     ));

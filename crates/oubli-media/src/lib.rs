@@ -5,6 +5,7 @@
 //! * [`MemMedium`]: in memory, with a deterministic power-cut model.
 //! * [`FaultMedium`]: injects errors, power cuts and torn writes.
 //! * [`RecordingMedium`]: keeps every byte ever written, for adversary tests.
+//! * [`GateMedium`]: holds reads or syncs at a gate, for concurrency tests.
 //! * [`open_medium`] / [`create_medium`]: choose a medium from a location.
 //!
 //! Byte layouts and durability guarantees: docs/FORMAT-media.md.
@@ -12,6 +13,7 @@
 mod dir;
 mod fault;
 mod file;
+mod gate;
 mod location;
 mod mem;
 mod op;
@@ -21,6 +23,7 @@ mod util;
 pub use dir::{DirMedium, DIR_MARKER};
 pub use fault::{Fault, FaultMedium, ReadFault, ReadTarget};
 pub use file::{FileMedium, DEFAULT_SLOT_SIZE, MAX_SLOT_SIZE, MIN_SLOT_SIZE};
+pub use gate::{GateMedium, Gated};
 pub use location::{create_medium, open_medium};
 pub use mem::{MemMedium, TearMode};
 pub use op::Op;

@@ -359,86 +359,6 @@ fn pipelined_requests_each_get_their_reply_and_disc_waits_for_them() {
     served.shutdown();
 }
 
-/// A medium whose segment reads, once armed, wait until `want` of them are
-/// in flight together (or a deadline passes) and count the most seen at
-/// once: how many reads a connection puts in the medium's queue.
-struct GatedReads {
-    inner: oubli_media::MemMedium,
-    gate: std::sync::Mutex<Gate>,
-    moved: std::sync::Condvar,
-}
-
-#[derive(Default)]
-struct Gate {
-    want: usize,
-    deadline: Option<std::time::Instant>,
-    in_flight: usize,
-    peak: usize,
-}
-
-impl GatedReads {
-    fn arm(&self, want: usize, wait: std::time::Duration) {
-        let mut g = self.gate.lock().unwrap();
-        *g = Gate {
-            want,
-            deadline: Some(std::time::Instant::now() + wait),
-            ..Gate::default()
-        };
-    }
-
-    fn peak(&self) -> usize {
-        self.gate.lock().unwrap().peak
-    }
-}
-
-impl oubli_core::Medium for GatedReads {
-    fn describe(&self) -> String {
-        "gated reads".into()
-    }
-    fn segment_capacity(&self) -> u64 {
-        self.inner.segment_capacity()
-    }
-    fn append(&self, id: oubli_core::SegmentId, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.append(id, offset, data)
-    }
-    fn read(&self, id: oubli_core::SegmentId, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let mut g = self.gate.lock().unwrap();
-        if let Some(deadline) = g.deadline {
-            g.in_flight += 1;
-            g.peak = g.peak.max(g.in_flight);
-            self.moved.notify_all();
-            while g.in_flight < g.want && g.peak < g.want {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                g = self.moved.wait_timeout(g, left).unwrap().0;
-            }
-            g.in_flight -= 1;
-        }
-        drop(g);
-        self.inner.read(id, offset, buf)
-    }
-    fn segment_len(&self, id: oubli_core::SegmentId) -> std::io::Result<Option<u64>> {
-        self.inner.segment_len(id)
-    }
-    fn list_segments(&self) -> std::io::Result<Vec<oubli_core::SegmentId>> {
-        self.inner.list_segments()
-    }
-    fn delete_segment(&self, id: oubli_core::SegmentId) -> std::io::Result<()> {
-        self.inner.delete_segment(id)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn read_superblock(&self, slot: oubli_core::Slot) -> std::io::Result<Option<Vec<u8>>> {
-        self.inner.read_superblock(slot)
-    }
-    fn write_superblock(&self, slot: oubli_core::Slot, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_superblock(slot, data)
-    }
-}
-
 /// A client with 16 reads in flight has 16 reads in the medium's queue at
 /// once (the default `workers_per_connection`): a read that waits for the
 /// disk holds up none of the others. With 4 workers, random 4 KiB reads at
@@ -448,11 +368,8 @@ impl oubli_core::Medium for GatedReads {
 fn a_connection_puts_as_many_reads_in_the_medium_queue_as_the_client_has_in_flight() {
     const DEPTH: usize = 16;
     const BLOCK: u32 = 4096;
-    let medium = Arc::new(GatedReads {
-        inner: oubli_media::MemMedium::new(),
-        gate: Default::default(),
-        moved: Default::default(),
-    });
+    use oubli_media::{GateMedium, Gated, MemMedium};
+    let medium = Arc::new(GateMedium::new(MemMedium::new(), Gated::Reads));
     let (store, _vault) = store_on(medium.clone(), &manual());
     create_export(&store, "disk", 8 * MIB).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -470,11 +387,14 @@ fn a_connection_puts_as_many_reads_in_the_medium_queue_as_the_client_has_in_flig
     }
     assert_eq!(c.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
     store.commit().unwrap();
-    medium.arm(DEPTH, std::time::Duration::from_secs(3));
+    // Reads wait at the gate until all DEPTH are there (or 3 s pass).
+    medium.hold();
     let reqs: Vec<(u16, u16, u64, u32, &[u8])> = (0..DEPTH)
         .map(|i| (CMD_READ, 0, at(i), BLOCK, &[][..]))
         .collect();
     let cookies = c.send_burst(&reqs);
+    let together = medium.wait_for_waiting(DEPTH, std::time::Duration::from_secs(3));
+    medium.release();
     for _ in 0..DEPTH {
         let r = c.reply(Some(BLOCK));
         assert_eq!(r.error, 0);
@@ -485,8 +405,7 @@ fn a_connection_puts_as_many_reads_in_the_medium_queue_as_the_client_has_in_flig
         assert!(r.data == block(i), "read {i} does not show its write");
     }
     assert_eq!(
-        medium.peak(),
-        DEPTH,
+        together, DEPTH,
         "reads in the medium's queue at once, with {DEPTH} in flight on the connection"
     );
     c.disconnect();

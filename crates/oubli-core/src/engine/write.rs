@@ -355,19 +355,21 @@ impl Engine {
     /// Consecutive cells bound the same way (over consecutive old units, or
     /// appended) go in one write: a block device's writeback sends the same
     /// extents again and again, so a rewritten run is usually one write.
-    /// `old_size` is the object's size before the write: cells past it
-    /// hold nothing to take the place of (a stream's appends), so they are
-    /// not looked up.
+    /// `old_size` is the object's size before the write: cells from it on
+    /// hold nothing to take the place of (a stream's appends, the tail of
+    /// a write that extends the object), so they are not looked up.
     pub(super) fn put_run(&mut self, oid: u64, run: SealedRun, old_size: u64) -> Result<()> {
         let unit = run.cell_size as usize + TAG_LEN;
         let count = run.key_refs.len();
-        let places = if run.first_cell * u64::from(run.cell_size) >= old_size {
-            vec![None; count]
-        } else {
-            (0..count as u64)
-                .map(|i| self.place_of_replaced(oid, run.first_cell + i, unit))
-                .collect::<Result<Vec<_>>>()?
-        };
+        let places = (run.first_cell..run.first_cell + count as u64)
+            .map(|cell| {
+                if cell * u64::from(run.cell_size) < old_size {
+                    self.place_of_replaced(oid, cell, unit)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut key_refs = run.key_refs.into_iter();
         let mut i = 0;
         while i < count {

@@ -106,8 +106,8 @@ def main():
         m = statistics.median(rs)
         print(f"{phase:18} rounds {len(rs):2}  median {m:.2f}  (min {min(rs):.2f}, max {max(rs):.2f})"
               f"  target >= {a.target:.2f}  {verdict(rs, a.target)}")
-    print(f"(FAIL: below the target at p < 0.05, one-sided Wilcoxon signed-rank test over the paired rounds; "
-          f"noise: below it by median only)")
+    print("(FAIL: below the target at p < 0.05, one-sided Wilcoxon signed-rank test over the paired rounds; "
+          "noise: below it by median only)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 
 pub mod adversary;
 pub mod crash;
+pub mod gate;
 pub mod harness;
 pub mod marker;
 pub mod model;

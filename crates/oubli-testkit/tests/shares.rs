@@ -2,6 +2,7 @@
 
 use oubli_core::{Error, Medium, ShareRecord, Store, Vault, VaultRecord};
 use oubli_media::{MemMedium, RecordingMedium};
+use oubli_testkit::gate::GateProvider;
 use oubli_testkit::marker::{self, Marker};
 use oubli_testkit::{harness, Adversary};
 use oubli_vault::MemoryVault;
@@ -261,5 +262,82 @@ fn shares_and_snapshots_under_the_adversary_for_many_epochs_with(scheme: u8) {
     assert_eq!(
         store.fsck(&mut |_| {}).unwrap().problems,
         Vec::<String>::new()
+    );
+}
+
+/// Issue 39, item 4: a large write seals its whole cells outside the engine
+/// lock, under the share its object had then; `set_share` accepts the object
+/// meanwhile (it holds no data yet). Held at the gate between the sealing
+/// and the lock, the write must not land cells sealed without the share in
+/// an object now under it: every byte reads back, and destroying the share
+/// makes all of it unrecoverable, even with every main key ever written.
+#[test]
+fn a_share_placed_while_a_large_write_seals_covers_all_its_cells() {
+    for scheme in harness::SCHEMES {
+        a_share_placed_while_a_large_write_seals_covers_all_its_cells_with(scheme);
+    }
+}
+
+fn a_share_placed_while_a_large_write_seals_covers_all_its_cells_with(scheme: u8) {
+    let mut options = harness::options(47);
+    let gate = Arc::new(GateProvider::new(options.provider.clone()));
+    options.provider = gate.clone();
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
+    let store = Arc::new(store);
+    let share_vault = Arc::new(MemoryVault::empty());
+    let sv = share_vault.clone();
+    store
+        .share_create("tenant", "mem:tenant", move |record: &VaultRecord| {
+            sv.store(record)?;
+            Ok(sv)
+        })
+        .unwrap();
+    let oid = store.create_object(b"").unwrap();
+    let secret = marker::data(1, 8 * harness::TEST_CELL as usize);
+    gate.hold();
+    let writer = {
+        let (store, secret) = (store.clone(), secret.clone());
+        std::thread::spawn(move || store.write(oid, 0, &secret))
+    };
+    // The writer has sealed (or is sealing) its cells without the share.
+    gate.wait_for_waiters(1);
+    store.set_share(oid, "tenant").unwrap();
+    gate.release();
+    writer.join().unwrap().unwrap();
+
+    assert_eq!(store.share_of(oid).unwrap().as_deref(), Some("tenant"));
+    let read = store.read(oid, 0, secret.len()).unwrap_or_else(|e| {
+        panic!(
+            "{}: acknowledged data lost: {e}",
+            harness::scheme_name(scheme)
+        )
+    });
+    assert!(
+        read == secret,
+        "{}: data differs",
+        harness::scheme_name(scheme)
+    );
+    store.commit().unwrap();
+    assert!(store.read(oid, 0, secret.len()).unwrap() == secret);
+
+    store.share_destroy("tenant", &*share_vault).unwrap();
+    assert!(matches!(
+        store.read(oid, 0, 10),
+        Err(Error::ShareDestroyed(_))
+    ));
+    let held = share_vault.readable_records().unwrap();
+    let recovered = Adversary::seize(&recording).recovered_markers_with_shares(
+        &vault.history(),
+        &[(1, held[0].key.clone())],
+        options.provider.clone(),
+    );
+    assert!(
+        recovered.is_disjoint(&markers(&secret)),
+        "{}: cells of the destroyed share's object opened",
+        harness::scheme_name(scheme)
     );
 }

@@ -55,6 +55,19 @@ fn setup(scheme: u8) -> Setup {
 }
 
 impl Setup {
+    /// Cuts the power now and reopens (the open's error returned); checks
+    /// the acknowledged state.
+    fn crash_and_reopen_checked(&self) -> Result<Store, Error> {
+        let crashed = Arc::new(self.medium.inner().crash(TearMode::DropUnsynced, 1));
+        let store = Store::open(
+            crashed as Arc<dyn Medium>,
+            self.vault.clone(),
+            self.options.clone(),
+        )?;
+        assert_eq!(self.runner.acked.diff(&store), None);
+        Ok(store)
+    }
+
     /// Cuts the power now and reopens; checks the acknowledged state.
     fn crash_and_reopen(&self) -> Store {
         let crashed = Arc::new(self.medium.inner().crash(TearMode::DropUnsynced, 1));
@@ -297,4 +310,82 @@ fn a_failed_commit_does_not_forget_grown_sizes_with(scheme: u8) {
     assert!(matches!(s.store.commit(), Err(Error::Vault(_))));
     s.runner.step(&s.store, &Step::Flush).unwrap();
     drop(s.crash_and_reopen());
+}
+
+/// Issue 39, item 6: an open whose recovery commit (a log to replay) meets
+/// an old vault record it cannot erase — a leftover of an earlier cut
+/// rotation, or its own rotation cut between its two steps — still opens
+/// (DESIGN §6: a leftover must not stop the open) with every acknowledged
+/// write, and reports the leftover until a later commit erases it.
+#[test]
+fn a_recovery_commit_that_cannot_erase_a_leftover_still_opens() {
+    for scheme in harness::SCHEMES {
+        for own_rotation_cut in [false, true] {
+            a_recovery_commit_that_cannot_erase_a_leftover_still_opens_with(
+                scheme,
+                own_rotation_cut,
+            );
+        }
+    }
+}
+
+fn a_recovery_commit_that_cannot_erase_a_leftover_still_opens_with(
+    scheme: u8,
+    own_rotation_cut: bool,
+) {
+    let mut s = setup(scheme);
+    if own_rotation_cut {
+        // The recovery commit's own rotation stops between its steps.
+        s.vault.cut_between_steps_next_store();
+    } else {
+        // An earlier rotation was cut; the store keeps running.
+        s.vault.cut_between_steps_next_store();
+        s.vault.fail_erase(true);
+        assert!(matches!(
+            s.store.commit(),
+            Err(Error::ErasureIncomplete { .. })
+        ));
+        s.runner.acked = s.runner.model.clone();
+        s.runner.note_commit();
+        // Something in the new epoch's log for the open to replay.
+        for step in [
+            Step::Write {
+                pick: 0,
+                off: 1_000,
+                len: 4_000,
+            },
+            Step::Flush,
+        ] {
+            s.runner.step(&s.store, &step).unwrap();
+        }
+    }
+    s.vault.fail_erase(true);
+    let epoch_before = s.store.status().unwrap().epoch;
+    let reopened = s.crash_and_reopen_checked().unwrap_or_else(|e| {
+        panic!(
+            "{} (own rotation cut: {own_rotation_cut}): the open failed: {e}",
+            harness::scheme_name(scheme)
+        )
+    });
+    let status = reopened.status().unwrap();
+    assert!(status.epoch > epoch_before, "the recovery commit happened");
+    if own_rotation_cut {
+        // (An earlier leftover is overwritten by the recovery commit's
+        // rotation, as a file or TPM vault's is: only a cut one leaves
+        // the previous key readable.)
+        assert!(s.vault.readable_records().unwrap().len() > 1);
+        assert!(
+            !status.vault_leftover_epochs.is_empty(),
+            "the leftover is reported"
+        );
+    }
+    // Once the vault can erase again, the next commit finishes the job.
+    s.vault.fail_erase(false);
+    reopened.commit().unwrap();
+    assert!(reopened.status().unwrap().vault_leftover_epochs.is_empty());
+    assert_eq!(s.vault.readable_records().unwrap().len(), 1);
+    if own_rotation_cut {
+        s.runner.note_commit();
+    }
+    s.assert_erased();
 }

@@ -719,6 +719,12 @@ impl Engine {
         if !fits {
             // A full log (or a format-1 epoch, which has no tally): the
             // commit puts everything in the tree and starts a fresh log.
+            // The cells appended above are the tree's now: the log ends
+            // past them (the end the commit gives `finish_segment`, and
+            // where a later frame goes should the commit fail).
+            if has_cells {
+                self.log_offset += head.len() as u64;
+            }
             self.commit()?;
             return Ok(None);
         }

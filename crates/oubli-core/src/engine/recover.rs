@@ -209,7 +209,13 @@ impl Store {
         // fresh log: the old one may end in a torn frame that nothing can be
         // appended after. A format-1 epoch is upgraded the same way.
         if !engine.read_only && (log_exists || engine.log.format == LogFormat::V1) {
-            engine.commit()?;
+            match engine.commit() {
+                // Committed, but an older vault record could not be
+                // destroyed: not fatal to the open (step 1's rule), the
+                // leftover is recorded for `status`, `audit` and retries.
+                Err(Error::ErasureIncomplete { .. }) => {}
+                other => other?,
+            }
         }
         // The recovery commit's deletions are done before the store is
         // handed out: opening is one step, whose I/O ends when it returns.

@@ -207,11 +207,19 @@ impl Engine {
 
     /// The share key cells of `oid` in `tree` depend on, if any.
     pub(super) fn share_key_in(&self, tree: &Tree, oid: u64) -> Result<Option<SecretKey>> {
+        match self.share_id_in(tree, oid)? {
+            Some(id) => self.share_key(id).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The share `oid` is placed under in `tree`, if any.
+    pub(super) fn share_id_in(&self, tree: &Tree, oid: u64) -> Result<Option<u32>> {
         if self.shares.is_empty() {
             return Ok(None);
         }
         match tree.get(&Key::new(oid, KIND_SHARE, 0), &self.ctx)? {
-            Some(Value::Share(id)) => self.share_key(id).map(Some),
+            Some(Value::Share(id)) => Ok(Some(id)),
             _ => Ok(None),
         }
     }

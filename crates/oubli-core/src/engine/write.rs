@@ -3,17 +3,28 @@
 use super::*;
 use crate::holes::{self, Holes};
 
-/// A whole cell sealed before taking the engine lock.
 /// The whole cells of one write, sealed before the engine lock is taken and
 /// laid out back to back (ciphertext ‖ tag per cell) so they are appended to
-/// the medium in one piece.
+/// the medium in one piece. Dropped, it lets go of its keys: those in the
+/// tree by then are placed already, and the others never will be (a write
+/// that failed, a run not used), so a commit's sweep may revoke them.
 pub(super) struct SealedRun {
     /// The object's cell size they were cut in.
     cell_size: u32,
+    /// The share the object was under when they were sealed (their keys
+    /// are bound to it): the run is used only if it still is.
+    share: Option<u32>,
     first_cell: u64,
     /// `key_refs.len()` units of `cell_size + TAG_LEN` bytes each.
     bytes: Vec<u8>,
     key_refs: Vec<KeyRef>,
+    scheme: Arc<dyn KeyScheme>,
+}
+
+impl Drop for SealedRun {
+    fn drop(&mut self) {
+        self.key_refs.iter().for_each(|k| self.scheme.placed(k));
+    }
 }
 
 /// The opened old content of a cell a write merges into, read before the
@@ -146,10 +157,11 @@ impl Store {
         let end = offset.checked_add(data.len() as u64)?;
         // The object's cell size (decided now if this is its first data)
         // and its share. What fails here, the write reports under the lock.
-        let (cell_size, share) = {
+        let (cell_size, share_id, share) = {
             let mut e = self.lock_beside_commit();
             let cell_size = e.cells_for_write(oid, offset).ok()?;
-            (cell_size, e.share_key_in(&e.tree, oid).ok()?)
+            let share_id = e.share_id_in(&e.tree, oid).ok()?;
+            (cell_size, share_id, e.share_key_in(&e.tree, oid).ok()?)
         };
         let cs = cell_size as usize;
         let first = offset.div_ceil(cs as u64);
@@ -187,9 +199,11 @@ impl Store {
         }
         Some(SealedRun {
             cell_size,
+            share: share_id,
             first_cell: first,
             bytes,
             key_refs,
+            scheme: self.shared.scheme.clone(),
         })
     }
 
@@ -370,7 +384,9 @@ impl Engine {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut key_refs = run.key_refs.into_iter();
+        // Borrowed: the run lets go of them all when dropped (`placed` again
+        // for those in the tree is nothing), whether this ends well or not.
+        let mut key_refs = run.key_refs.iter();
         let mut i = 0;
         while i < count {
             let j = i + same_way(&places[i..], unit as u64);
@@ -385,7 +401,7 @@ impl Engine {
             // further on leaves no cell pointing at a unit written over.
             for (k, addr) in addrs.into_iter().enumerate() {
                 let cell = run.first_cell + (i + k) as u64;
-                let key = key_refs.next().expect("one key per unit");
+                let key = key_refs.next().expect("one key per unit").clone();
                 self.take_dirty(oid, cell);
                 let cref = CellRef {
                     start: 0,
@@ -410,12 +426,6 @@ impl Engine {
             addrs.extend((0..piece.len() / unit).map(|k| base + (k * unit) as u64));
         }
         Ok(addrs)
-    }
-
-    /// Lets go of a run sealed for cells the write did not end up using:
-    /// its keys will never be placed.
-    fn discard_run(&self, run: SealedRun) {
-        run.key_refs.iter().for_each(|k| self.ctx.scheme.placed(k));
     }
 
     /// Cuts `bytes` (units of `unit` bytes) into pieces that each fit the
@@ -468,14 +478,12 @@ impl Engine {
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
         let cs = u64::from(self.cells_for_write(oid, offset)?);
         // A run cut in other cells (the object's first write raced another
-        // that decided otherwise) is not used: its cells go the slow way.
-        let mut sealed = match sealed {
-            Some(run) if u64::from(run.cell_size) != cs => {
-                self.discard_run(run);
-                None
-            }
-            run => run,
-        };
+        // that decided otherwise), or sealed before the object was placed
+        // under a share (`set_share` takes an empty object while the run
+        // is sealed without the lock), is not used: its cells go the slow
+        // way, sealed here under what the object is now.
+        let share = self.share_id_in(&self.tree, oid)?;
+        let mut sealed = sealed.filter(|run| u64::from(run.cell_size) == cs && run.share == share);
         let mut pos = offset;
         // Whether the write replaced bytes of sealed units: an overwrite is a
         // deletion (the old bytes are erased at the next commit), an append
@@ -498,9 +506,7 @@ impl Engine {
             overwrote |= self.merge_into_cell(oid, cell, cs as u32, from, chunk, prefetched)?;
             pos += n as u64;
         }
-        if let Some(run) = sealed {
-            self.discard_run(run);
-        }
+        drop(sealed);
         if overwrote || self.stats.units_freed > freed_before {
             self.stats.overwrites += 1;
         }

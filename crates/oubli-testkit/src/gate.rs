@@ -1,0 +1,117 @@
+//! `GateProvider`: a crypto provider whose sealing of whole cells can be held at a gate, to pin down what runs while a write seals outside the engine lock.
+
+use oubli_crypto::{AuthError, CryptoProvider, SecretKey, TAG_LEN};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Wraps a provider; while held, every `seal_detached` call waits at the
+/// gate (the engine seals the whole cells of a large write with it, outside
+/// its lock; `seal`, which it uses under the lock, is not held), and [`wait_for_waiters`](Self::wait_for_waiters) tells the test
+/// when a call is there. The way `GateMedium` holds reads or syncs.
+pub struct GateProvider {
+    inner: Arc<dyn CryptoProvider>,
+    gate: Mutex<Gate>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    held: bool,
+    waiting: usize,
+}
+
+impl GateProvider {
+    /// Wraps `inner`; the gate starts open.
+    pub fn new(inner: Arc<dyn CryptoProvider>) -> Self {
+        GateProvider {
+            inner,
+            gate: Mutex::new(Gate::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds every `seal_detached` call from now on.
+    pub fn hold(&self) {
+        self.lock().held = true;
+    }
+
+    /// Opens the gate: the calls waiting at it go on.
+    pub fn release(&self) {
+        self.lock().held = false;
+        self.changed.notify_all();
+    }
+
+    /// Blocks until at least `n` calls wait at the gate.
+    pub fn wait_for_waiters(&self, n: usize) {
+        let mut g = self.lock();
+        while g.waiting < n {
+            g = self.changed.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn pass(&self) {
+        let mut g = self.lock();
+        if !g.held {
+            return;
+        }
+        g.waiting += 1;
+        self.changed.notify_all();
+        while g.held {
+            g = self.changed.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.waiting -= 1;
+    }
+}
+
+impl CryptoProvider for GateProvider {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn is_secure(&self) -> bool {
+        self.inner.is_secure()
+    }
+    fn fill_random(&self, out: &mut [u8]) {
+        self.inner.fill_random(out)
+    }
+    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
+        self.pass();
+        self.inner.seal_detached(key, aad, buf)
+    }
+    fn open_in_place(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize, AuthError> {
+        self.inner.open_in_place(key, aad, buf)
+    }
+    fn open_detached(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), AuthError> {
+        self.inner.open_detached(key, aad, buf, tag)
+    }
+    fn open_within(
+        &self,
+        key: &SecretKey,
+        aad: &[u8],
+        buf: &mut [u8],
+        src: usize,
+    ) -> Result<usize, AuthError> {
+        self.inner.open_within(key, aad, buf, src)
+    }
+    /// Not gated: the engine seals single cells, nodes and frames with it
+    /// under its lock.
+    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+        self.inner.seal(key, aad, buf)
+    }
+    fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
+        self.inner.derive(key, label, context)
+    }
+}

@@ -191,7 +191,7 @@ impl DirMedium {
         // is a complete (empty) store.
         let tmp = root.join(format!("{DIR_MARKER}.tmp"));
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = create_private(&tmp)?;
             f.write_all(DIR_MARKER_V1)?;
             f.sync_all()?;
         }
@@ -343,10 +343,12 @@ impl DirMedium {
     fn open_writer(&self, st: &mut DirState, id: SegmentId, offset: u64) -> io::Result<Writer> {
         let path = self.seg_path(id);
         if offset == 0 {
+            use std::os::unix::fs::OpenOptionsExt;
             match OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create_new(true)
+                .mode(0o600)
                 .open(&path)
             {
                 Ok(f) => {
@@ -672,7 +674,7 @@ impl Medium for DirMedium {
         let name = slot_name(slot);
         let tmp = self.root.join(format!("{name}.tmp"));
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = create_private(&tmp)?;
             f.write_all(data)?;
             // The content must be on disk before the rename can be, or a
             // crash could leave a renamed but empty slot.
@@ -682,6 +684,24 @@ impl Medium for DirMedium {
         st.root_dirty = true;
         Ok(())
     }
+}
+
+/// Creates `path` afresh for writing, mode 0600 from the moment it exists
+/// (the store's files are the owner's only, whatever the umask: its lock
+/// must not be another user's to take). A temporary file a crash left
+/// behind goes first, so neither its mode nor a link in its place is
+/// inherited.
+fn create_private(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// Frees a file's blocks a few MiB at a time before it is unlinked. ext4
@@ -725,17 +745,31 @@ mod tests {
     }
 
     /// Issue 9 item 9: a new store directory (and its segment directory)
-    /// is the owner's only, whatever the umask lets through.
+    /// is the owner's only, whatever the umask lets through; issue 40 item
+    /// 3: so is every file the medium creates in it (the marker, which is
+    /// also its lock; the superblocks; the segments).
     #[test]
     fn a_new_store_directory_is_private() {
         use std::os::unix::fs::MetadataExt;
-        let (dir, _m) = store();
-        for d in [
-            dir.path().join("store"),
-            dir.path().join("store").join(SEGMENTS),
-        ] {
+        let (dir, m) = store();
+        let root = dir.path().join("store");
+        for d in [root.clone(), root.join(SEGMENTS)] {
             let mode = fs::metadata(&d).unwrap().mode() & 0o777;
             assert_eq!(mode, 0o700, "{}", d.display());
+        }
+        m.append(3, 0, b"segment").unwrap();
+        m.write_superblock(Slot::A, b"slot a").unwrap();
+        m.write_superblock(Slot::B, b"slot b").unwrap();
+        m.write_superblock(Slot::A, b"slot a again").unwrap();
+        m.sync().unwrap();
+        for f in [
+            root.join(DIR_MARKER),
+            root.join("super.a"),
+            root.join("super.b"),
+            m.seg_path(3),
+        ] {
+            let mode = fs::metadata(&f).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
         }
     }
 

@@ -234,10 +234,14 @@ impl FileMedium {
     ) -> io::Result<FileMedium> {
         let path = path.as_ref();
         check_slot_size(slot_size)?;
+        // A store file made here is the owner's only from the start: it is
+        // also the store's lock, which another user must not hold.
+        use std::os::unix::fs::OpenOptionsExt;
         let (file, created) = match OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)
         {
             Ok(f) => (f, true),
@@ -716,6 +720,17 @@ mod tests {
         let mut buf = vec![0; n];
         m.read(id, 0, &mut buf).unwrap();
         buf
+    }
+
+    /// Issue 40 item 3: a store file `create` makes is its owner's only
+    /// (it is also the store's lock), whatever the umask lets through.
+    #[test]
+    fn a_new_store_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_d, p) = tmp();
+        let _m = FileMedium::create(&p, None, MIB).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[test]

@@ -233,8 +233,10 @@ pub fn open_dir_store_with(
     Store::open(Arc::new(medium), Arc::new(vault), options)
 }
 
-/// `mkdir -p` with mode 0700 for the directories it creates: they hold keys.
-fn create_private_dir(path: &Path) -> io::Result<()> {
+/// `mkdir -p` with mode 0700 for the directories it creates, from the moment
+/// they exist: they hold keys, and a store's lock that another user must not
+/// be able to take (docs/THREAT_MODEL.md).
+pub fn create_private_dir(path: &Path) -> io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

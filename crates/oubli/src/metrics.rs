@@ -76,12 +76,49 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Writes the metrics to `path` atomically (a scraper never reads half a file).
+/// Writes the metrics to `path` atomically (a scraper never reads half a
+/// file): into a new file beside it, `PATH.XXXXXXXX.tmp` under a random
+/// name nobody can plant in advance and created with `O_EXCL|O_NOFOLLOW`
+/// (never through a link, never into a file someone else made), then
+/// renamed over `path`. The file is created 0600; a mode its owner gave the
+/// file it replaces is kept (0644 lets a scraper running as another user
+/// read it).
 pub fn write(path: &Path, r: &StatusReport) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, render(r))?;
-    std::fs::rename(&tmp, path)
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} does not name a file", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // The mode of the file itself, not of whatever a link there points at.
+    let mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0o600, |m| m.permissions().mode() & 0o777);
+    let mut prefix = name.to_owned();
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .rand_bytes(8)
+        .make_in(dir, |p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(mode)
+                .open(p)
+        })?;
+    tmp.as_file_mut().write_all(render(r).as_bytes())?;
+    // Dropped on an error before this, the temporary file is removed.
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Rewrites a metrics file whenever the store's epoch moves (and at start):

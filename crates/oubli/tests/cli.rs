@@ -1362,3 +1362,280 @@ fn the_nand_vault_needs_a_nand_store() {
         .stderr(predicate::str::contains("nand:IMAGE"));
     assert!(!dir.path().join("nand").exists());
 }
+
+/// Every directory under `root` (itself included) and every file in them:
+/// the permission bits of each, keyed by path.
+fn modes_under(root: &Path) -> BTreeMap<PathBuf, u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let meta = fs::symlink_metadata(&p).unwrap();
+        out.insert(p.clone(), meta.permissions().mode() & 0o777);
+        if meta.is_dir() {
+            todo.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    out
+}
+
+/// Issue 40 item 3: a new store directory (and the parents `init` makes for
+/// it), the state directory of a NAND store, and every file in them are
+/// the owner's only from the start: directories 0700, files 0600.
+#[test]
+fn a_new_store_and_everything_in_it_is_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = Env {
+        store: dir.path().join("made/for/it/store"),
+        vault: dir.path().join("vault"),
+        dir,
+    };
+    env.cmd()
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    env.put("doc", &noise(300_000, 7));
+    env.cmd().args(["rm", "doc"]).assert().success();
+    env.cmd().arg("commit").assert().success();
+    env.put("kept", b"kept");
+    let mut modes = modes_under(&env.path("made"));
+    assert!(modes.contains_key(&env.store.join("lock")), "{modes:?}");
+    assert!(modes.contains_key(&env.store.join("super.b")), "{modes:?}");
+    assert!(
+        modes
+            .keys()
+            .any(|p| p.extension().is_some_and(|e| e == "seg")),
+        "{modes:?}"
+    );
+
+    let nand = Env::on_nand();
+    nand.cmd()
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .args(["--nand-geometry", "2048x16x256"])
+        .assert()
+        .success();
+    nand.put("doc", b"on the chip");
+    let state = nand.path("chip.img.state");
+    modes.extend(modes_under(&state));
+    assert!(modes.contains_key(&state.join("lock")), "{modes:?}");
+
+    let open: Vec<_> = modes
+        .iter()
+        .filter(|(p, &m)| m != if p.is_dir() { 0o700 } else { 0o600 })
+        .map(|(p, m)| format!("{} {m:o}", p.display()))
+        .collect();
+    assert!(open.is_empty(), "not private: {open:#?}");
+}
+
+/// `setpriv` running `args` as nobody:nogroup without supplementary groups.
+fn as_nobody(args: &[&std::ffi::OsStr]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(args)
+        .env_clear();
+    cmd
+}
+
+/// Issue 40 item 3: another local user cannot take the store's lock files
+/// (the command's `lock`, the medium's `oubli-medium`) and so cannot hold
+/// off the owner's commits: not through a store directory as `init` makes
+/// it, and not even when its owner opened the directory to others (the
+/// files themselves are 0600). Before the fix, `flock -s STORE/lock` as
+/// nobody made the owner's `put` and `commit` exit 11.
+#[test]
+fn another_user_cannot_hold_the_store_lock() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    if !nix_is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv (util-linux) to act as another user");
+        return;
+    }
+    let env = Env::new();
+    // The temporary directory itself lets others in: the store must not.
+    fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for opened_up in [false, true] {
+        if opened_up {
+            fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for name in ["lock", "oubli-medium"] {
+            let file = env.store.join(name);
+            // The holder says "held" once it has the lock, then waits for
+            // its stdin to close; a holder that cannot lock says nothing.
+            let mut holder = as_nobody(&[
+                "flock".as_ref(),
+                "-s".as_ref(),
+                file.as_os_str(),
+                "-c".as_ref(),
+                "echo held; read wait".as_ref(),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+            let mut said = String::new();
+            BufReader::new(holder.stdout.take().unwrap())
+                .read_line(&mut said)
+                .unwrap();
+            let put = env
+                .cmd()
+                .args(["put", &format!("{name}-{opened_up}"), "-"])
+                .write_stdin("x")
+                .output()
+                .unwrap();
+            let commit = env.cmd().arg("commit").output().unwrap();
+            drop(holder.stdin.take());
+            let held = holder.wait_with_output().unwrap();
+            let what = format!(
+                "{} (store directory opened up: {opened_up})",
+                file.display()
+            );
+            assert!(
+                put.status.success(),
+                "{what}: put: {}",
+                String::from_utf8_lossy(&put.stderr)
+            );
+            assert!(
+                commit.status.success(),
+                "{what}: commit: {}",
+                String::from_utf8_lossy(&commit.stderr)
+            );
+            assert_eq!(said, "", "{what}: nobody took the lock");
+            assert!(!held.status.success(), "{what}");
+        }
+    }
+}
+
+/// Issue 40 item 3: `fsck` and `status` warn about a store directory other
+/// users can enter (a store made before the fix, or opened up since) and
+/// say how to close it; once closed, no warning. The commands still work.
+#[test]
+fn fsck_and_status_warn_about_a_store_others_can_enter() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.put("doc", b"x");
+    fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(env.store.join("lock"), fs::Permissions::from_mode(0o644)).unwrap();
+    let fix = format!("chmod -R go= {}", env.store.display());
+    for args in [
+        &["fsck"][..],
+        &["status"],
+        &["status", "--json"],
+        &["fsck", "--json"],
+    ] {
+        env.cmd()
+            .args(args)
+            .assert()
+            .success()
+            .stderr(predicate::str::contains("warning: store directory"))
+            .stderr(predicate::str::contains("other users"))
+            .stderr(predicate::str::contains("mode 755"))
+            .stderr(predicate::str::contains(fix.as_str()));
+    }
+    // The store directory closed but a file in it left open still warns.
+    fs::set_permissions(&env.store, fs::Permissions::from_mode(0o700)).unwrap();
+    env.cmd()
+        .arg("fsck")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("lock (mode 644)"))
+        .stderr(predicate::str::contains(fix.as_str()));
+    let closed = std::process::Command::new("chmod")
+        .args(["-R", "go="])
+        .arg(&env.store)
+        .status()
+        .unwrap();
+    assert!(closed.success());
+    for args in [&["fsck"][..], &["status"]] {
+        env.cmd()
+            .args(args)
+            .assert()
+            .success()
+            .stderr(predicate::str::contains("warning").not());
+    }
+}
+
+/// Issue 40 item 4: a password file other users can read (or write) draws a warning,
+/// as ssh gives for a private key, from `--password-file`,
+/// `--new-password-file` and fstab's `password-file=` (the mount helper);
+/// a 0600 file draws none.
+#[test]
+fn a_password_file_others_can_read_draws_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let file = env.path("password");
+    fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let warning = |f: &Path, mode: u32| {
+        format!(
+            "warning: password file {} is open to other users (mode {mode:o}): run `chmod 600 {}`",
+            f.display(),
+            f.display()
+        )
+    };
+    for mode in [0o644, 0o640, 0o604, 0o620] {
+        fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+        env.cmd()
+            .env_remove("OUBLI_PASSWORD")
+            .arg("--password-file")
+            .arg(&file)
+            .arg("ls")
+            .assert()
+            .success()
+            .stderr(predicate::str::contains(warning(&file, mode)));
+    }
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    env.cmd()
+        .env_remove("OUBLI_PASSWORD")
+        .arg("--password-file")
+        .arg(&file)
+        .arg("ls")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("warning").not());
+
+    // The mount helper, as mount(8) runs it for an fstab line; the password
+    // in the file is wrong, so it stops at the vault and mounts nothing.
+    let helper_dir = env.path("sbin");
+    fs::create_dir(&helper_dir).unwrap();
+    let helper = helper_dir.join("mount.fuse.oubli");
+    std::os::unix::fs::symlink(assert_cmd::cargo::cargo_bin("oubli"), &helper).unwrap();
+    let wrong = env.path("wrong-password");
+    fs::write(&wrong, "not it\n").unwrap();
+    fs::set_permissions(&wrong, fs::Permissions::from_mode(0o644)).unwrap();
+    let mnt = env.path("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let options = format!(
+        "vault={},password-file={}",
+        env.vault.display(),
+        wrong.display()
+    );
+    let out = std::process::Command::new(&helper)
+        .env_clear()
+        .env("HOME", env.dir.path())
+        .arg(&env.store)
+        .arg(&mnt)
+        .args(["-o", &options])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains(&warning(&wrong, 0o644)), "{stderr}");
+
+    let new = env.path("new-password");
+    fs::write(&new, "a new one\n").unwrap();
+    fs::set_permissions(&new, fs::Permissions::from_mode(0o640)).unwrap();
+    env.cmd()
+        .args([
+            "vault",
+            "passwd",
+            "--kdf-memory",
+            "1",
+            "--kdf-iterations",
+            "1",
+        ])
+        .arg("--new-password-file")
+        .arg(&new)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(warning(&new, 0o640)));
+}

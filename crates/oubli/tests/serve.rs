@@ -680,3 +680,72 @@ fn serve_takes_its_socket_from_systemd() {
     assert!(std::fs::read_to_string(&log).unwrap().contains("committed"));
     assert!(sock.exists(), "the service manager's socket was removed");
 }
+
+/// Issue 40 item 4: `--metrics-file PATH` writes its new content beside
+/// PATH under a fresh name, created exclusively and never through a
+/// symlink, then renames it into place. A symlink planted at `PATH.tmp`
+/// (the fixed name written before, through the link) is left alone with
+/// the file it points at; the metrics file is created 0600, and a mode its
+/// owner gives it (to let a scraper read it) survives the rewrites.
+#[test]
+fn metrics_file_is_not_written_through_a_planted_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = init();
+    let dir = d.path();
+    let metrics = dir.join("oubli.prom");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let planted = dir.join("oubli.prom.tmp");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let metrics_arg = metrics.to_str().unwrap();
+    let s = Serving::start(
+        dir,
+        &[
+            "--export",
+            "disk",
+            "--size",
+            "1M",
+            "--metrics-file",
+            metrics_arg,
+        ],
+    );
+    wait_for("the metrics file", || {
+        std::fs::read_to_string(&metrics).is_ok_and(|t| t.contains("oubli_epoch{store="))
+    });
+    let untouched = |when: &str| {
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious\n",
+            "{when}: written through the symlink"
+        );
+        assert!(
+            std::fs::symlink_metadata(&planted).unwrap().is_symlink(),
+            "{when}"
+        );
+        let meta = std::fs::symlink_metadata(&metrics).unwrap();
+        assert!(meta.is_file(), "{when}: the metrics file is {meta:?}");
+    };
+    untouched("at start");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&metrics), 0o600);
+
+    std::fs::set_permissions(&metrics, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let first = std::fs::read_to_string(&metrics).unwrap();
+    let o = output(oubli(dir).arg("commit"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for("the metrics rewritten after the commit", || {
+        std::fs::read_to_string(&metrics).is_ok_and(|t| t != first)
+    });
+    untouched("after a commit");
+    assert_eq!(mode(&metrics), 0o644);
+    let (ok, _) = s.stop();
+    assert!(ok);
+    // Nothing left beside it but the planted link.
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("oubli.prom"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["oubli.prom", "oubli.prom.tmp"]);
+}

@@ -46,8 +46,9 @@ pub fn init(
     let password = password::obtain(g.password_file.as_deref(), &g.vault_shown, Purpose::Create)?;
     let existed = g.store.exists();
     // The directory must exist for its lock file; create_dir_store then
-    // fills it (an empty directory is fine).
-    std::fs::create_dir_all(&g.store).map_err(|e| {
+    // fills it (an empty directory is fine). It and the parents made for it
+    // are the owner's only from the start: no other user may take the lock.
+    oubli::create_private_dir(&g.store).map_err(|e| {
         g.fail(Error::Io {
             context: format!("creating directory {}", g.store.display()),
             source: e,
@@ -75,6 +76,8 @@ pub fn init(
             return Err(failure);
         }
     };
+    // A directory that was there before (a mount point, say) keeps its mode.
+    crate::privacy::warn_about_store(&g.store);
     let info = store.status().map(|s| s.vault).ok();
     let note = match info {
         Some(i) if i.overwrite_is_erasure => String::new(),
@@ -124,6 +127,7 @@ pub fn commit(g: &Global) -> Result<String, Failure> {
 
 /// `oubli status [--json]`.
 pub fn status(g: &Global, json: bool) -> Result<String, Failure> {
+    crate::privacy::warn_about_store(&g.store);
     let report = crate::vault_cmd::report(g)?;
     if json {
         return Ok(serde_json::to_string_pretty(&report).expect("plain data") + "\n");
@@ -438,6 +442,7 @@ struct FsckJson {
 
 /// `oubli fsck [--json]`: prints the report; problems fail with exit 7.
 pub fn fsck(g: &Global, json: bool) -> Result<String, Failure> {
+    crate::privacy::warn_about_store(&g.store);
     let session = g.open(Access::Read)?;
     let store = &session.store;
     let o = store.overhead().map_err(|e| g.fail(e))?;

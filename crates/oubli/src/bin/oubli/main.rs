@@ -12,6 +12,7 @@ mod fstab;
 mod mount;
 mod nand;
 mod password;
+mod privacy;
 mod serve;
 mod session;
 mod share_cmd;

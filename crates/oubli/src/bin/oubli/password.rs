@@ -3,7 +3,7 @@
 use crate::failure::Failure;
 use oubli::exit;
 use oubli::SecretBytes;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
 use std::path::Path;
 use zeroize::Zeroizing;
 
@@ -67,15 +67,26 @@ pub fn obtain_new(file: Option<&Path>, vault: &Path) -> Result<SecretBytes, Fail
     Ok(password)
 }
 
-/// The first line of `path`, without its line ending.
+/// The first line of `path`, without its line ending. A file other users
+/// can read or write draws a warning (not a refusal: it may be all a boot
+/// script has), checked on the file as opened.
 fn from_file(path: &Path) -> Result<SecretBytes, Failure> {
-    let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| {
+    let unreadable = |e: std::io::Error| {
         Failure::new(
             exit::USAGE,
             format!("cannot read password file {}: {e}", path.display()),
             "check --password-file",
         )
-    })?);
+    };
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if let Some(warning) = crate::privacy::password_file_warning(path, &meta) {
+        eprintln!("{warning}");
+    }
+    // Room for it all at once, as fs::read makes: a buffer that grew would
+    // leave copies of the password behind in the memory it gave up.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(meta.len() as usize + 1));
+    file.read_to_end(&mut bytes).map_err(unreadable)?;
     let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     Ok(SecretBytes::new(line.to_vec()))

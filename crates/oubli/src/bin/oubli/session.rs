@@ -9,6 +9,7 @@ use oubli::{
     VaultError, VaultLocation, DIR_MARKER,
 };
 use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -259,8 +260,9 @@ impl Global {
     /// oubli processes are refused at once rather than left waiting.
     pub fn lock(&self, access: Access) -> Result<Option<File>, Failure> {
         if self.remote.is_some() || self.nand.is_some() {
-            // The state directory of a remote or NAND store is ours to make.
-            std::fs::create_dir_all(&self.store).map_err(|e| {
+            // The state directory of a remote or NAND store is ours to make,
+            // and the owner's only: it holds the lock and the control socket.
+            oubli::create_private_dir(&self.store).map_err(|e| {
                 self.fail(Error::Io {
                     context: format!("creating {}", self.store.display()),
                     source: e,
@@ -268,11 +270,14 @@ impl Global {
             })?;
         }
         let path = self.store.join(LOCK_FILE);
+        // 0600 from the moment it exists: another user who could open the
+        // lock file could hold it and keep every commit off.
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(&path)
         {
             Ok(f) => f,

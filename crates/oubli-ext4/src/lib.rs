@@ -25,6 +25,7 @@ mod bytes;
 pub mod fuzzing;
 pub mod journal;
 pub mod layout;
+mod written;
 
 pub use audit::{free_space, FreeSpace};
 pub use bytes::crc32c_raw;
@@ -32,16 +33,45 @@ pub use layout::{Layout, Reader, Unsupported};
 
 pub use journal::JournalSb;
 use journal::Tag;
-use layout::{bit, merge_ranges, SUPERBLOCK_LEN, SUPERBLOCK_OFFSET};
+use layout::{bit, SUPERBLOCK_LEN, SUPERBLOCK_OFFSET};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-/// Journal bytes held between two commits (copies of bitmaps and blocks
-/// whose descriptor has not arrived yet); beyond it the transaction is
-/// treated as not seen whole.
-const JLOG_CAP: usize = 64 << 20;
-/// Written ranges kept between commits before they are merged in place.
-const WRITTEN_MERGE_AT: usize = 1 << 20;
+/// What an entry of the journal's indexes (`jlog`, `expect`) costs beyond
+/// the block it may hold: key, value and the hash table's share.
+const JLOG_ENTRY_BYTES: usize = 64;
+
+/// The memory the tracker may hold beyond its per-block and per-group
+/// bitmaps (which the file system's size fixes: [`Ext4Tracker::memory_bytes`]).
+/// Past either part it degrades to keeping more, never to dropping more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Journal blocks held between two commits (copies of bitmaps, blocks
+    /// whose descriptor has not arrived yet, and the index of the log):
+    /// beyond it the transaction is treated as not seen whole, so its
+    /// commit drops nothing.
+    pub journal_bytes: usize,
+    /// Block ranges written since the last commit: beyond it they are kept
+    /// coarser (whole aligned runs of blocks), so blocks near those written
+    /// are kept at the next commit too, and dropped at a later one.
+    pub written_bytes: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            journal_bytes: 64 << 20,
+            written_bytes: 8 << 20,
+        }
+    }
+}
+
+impl Budget {
+    /// Both parts together.
+    pub fn total(&self) -> u64 {
+        (self.journal_bytes + self.written_bytes) as u64
+    }
+}
 
 /// Counters for `oubli status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,8 +153,10 @@ pub struct Ext4Tracker {
     jlog: HashMap<u64, JBlock>,
     /// Copies' (sequence, home) by log position, from descriptors seen.
     expect: HashMap<u64, (u32, u64)>,
+    /// Bytes `jlog` and `expect` hold (blocks and entries), within `budget.journal_bytes`.
     jlog_bytes: usize,
     jlog_lost: bool,
+    budget: Budget,
     /// Latest committed copy of each group's block bitmap (None: unknown).
     shadow: Vec<Option<Vec<u8>>>,
     /// Groups with candidates to examine at the next anchored commit.
@@ -132,7 +164,7 @@ pub struct Ext4Tracker {
     /// Per block: may hold data not yet dropped (starts all set).
     may_hold: Vec<u64>,
     /// Block ranges written since the last commit.
-    written: Vec<(u64, u64)>,
+    written: written::Written,
     counters: Counters,
 }
 
@@ -160,10 +192,11 @@ impl Ext4Tracker {
             expect: HashMap::new(),
             jlog_bytes: 0,
             jlog_lost: false,
+            budget: Budget::default(),
             shadow: Vec::new(),
             dirty: Vec::new(),
             may_hold: Vec::new(),
-            written: Vec::new(),
+            written: written::Written::default(),
             counters: Counters::default(),
         }
     }
@@ -180,6 +213,32 @@ impl Ext4Tracker {
     /// The device grew (or was given): layouts up to this size are accepted.
     pub fn set_device_size(&mut self, size: u64) {
         self.device_size = size;
+    }
+
+    /// Sets the memory budget (default: [`Budget::default`]).
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = budget;
+        self.written.set_budget(budget.written_bytes);
+    }
+
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// The memory the tracker holds now (about): its bitmaps (a bit per
+    /// block, a block per group whose committed bitmap is known), the
+    /// journal it holds between commits and the ranges written since.
+    pub fn memory_bytes(&self) -> u64 {
+        let shadow: usize = self
+            .shadow
+            .iter()
+            .map(|s| std::mem::size_of::<Option<Vec<u8>>>() + s.as_ref().map_or(0, Vec::capacity))
+            .sum();
+        (self.may_hold.capacity() * 8
+            + self.dirty.capacity()
+            + shadow
+            + self.jlog_bytes
+            + self.written.memory_bytes()) as u64
     }
 
     pub fn counters(&self) -> Counters {
@@ -310,7 +369,7 @@ impl Ext4Tracker {
         if b0 >= b1 {
             return obs;
         }
-        self.note_written(b0, b1);
+        self.note_written(b0, b1, &mut obs);
         // The journal blocks and block bitmaps this write covers, in order.
         let Some(lay) = self.lay.as_ref() else {
             return obs;
@@ -349,13 +408,17 @@ impl Ext4Tracker {
         obs
     }
 
-    fn note_written(&mut self, b0: u64, b1: u64) {
-        match self.written.last_mut() {
-            Some(l) if l.1 == b0 => l.1 = b1,
-            _ => self.written.push((b0, b1)),
-        }
-        if self.written.len() >= WRITTEN_MERGE_AT {
-            self.written = merge_ranges(std::mem::take(&mut self.written));
+    fn note_written(&mut self, b0: u64, b1: u64, obs: &mut Observation) {
+        let was = self.written.granularity();
+        self.written.insert(b0, b1);
+        let now = self.written.granularity();
+        if now != was {
+            obs.notes.push(format!(
+                "blocks written since the last journal commit are over their memory budget \
+                 ({} ranges): kept as runs of {now} blocks until the next commit, so blocks \
+                 near them are kept one commit longer",
+                self.written.len()
+            ));
         }
     }
 
@@ -382,8 +445,8 @@ impl Ext4Tracker {
     fn journal_block(&mut self, pos: u64, content: Option<Cow<'_, [u8]>>, obs: &mut Observation) {
         let Some(block) = content else {
             // Part of a journal block: the transaction cannot be seen whole.
-            if let Some(JBlock::Header(b) | JBlock::Copy(b)) = self.jlog.remove(&pos) {
-                self.jlog_bytes = self.jlog_bytes.saturating_sub(b.len());
+            if let Some(e) = self.jlog.remove(&pos) {
+                self.jlog_bytes = self.jlog_bytes.saturating_sub(jlog_entry_bytes(&e));
             }
             self.jlog_lost = true;
             return;
@@ -453,14 +516,11 @@ impl Ext4Tracker {
     }
 
     fn store_jlog(&mut self, pos: u64, entry: JBlock) {
-        let add = match &entry {
-            JBlock::Header(b) | JBlock::Copy(b) => b.len(),
-            JBlock::Seen(_) => 0,
-        };
-        if let Some(JBlock::Header(b) | JBlock::Copy(b)) = self.jlog.remove(&pos) {
-            self.jlog_bytes = self.jlog_bytes.saturating_sub(b.len());
+        let add = jlog_entry_bytes(&entry);
+        if let Some(e) = self.jlog.remove(&pos) {
+            self.jlog_bytes = self.jlog_bytes.saturating_sub(jlog_entry_bytes(&e));
         }
-        if self.jlog_bytes + add > JLOG_CAP {
+        if self.jlog_bytes + add > self.budget.journal_bytes {
             self.jlog_lost = true;
             return;
         }
@@ -487,6 +547,14 @@ impl Ext4Tracker {
         let mut shed = Vec::new();
         for t in tags {
             p = jsb.next(p);
+            if !self.expect.contains_key(&p) {
+                if self.jlog_bytes + JLOG_ENTRY_BYTES > self.budget.journal_bytes {
+                    // Over the budget: the transaction is not seen whole.
+                    self.jlog_lost = true;
+                    break;
+                }
+                self.jlog_bytes += JLOG_ENTRY_BYTES;
+            }
             self.expect.insert(p, (seq, t.home));
             if !self.is_bitmap(t.home) && matches!(self.jlog.get(&p), Some(JBlock::Copy(_))) {
                 shed.push(p);
@@ -661,7 +729,7 @@ impl Ext4Tracker {
     /// Marks the blocks written since the last commit as possibly holding
     /// data (and their groups as having candidates); returns them, merged.
     fn absorb_written(&mut self) -> Vec<(u64, u64)> {
-        let written = merge_ranges(std::mem::take(&mut self.written));
+        let written = self.written.take();
         if let Some(lay) = &self.lay {
             for &(a, b) in &written {
                 for blk in a..b {
@@ -751,6 +819,15 @@ impl Ext4Tracker {
             obs.freed.push((a * bs, b * bs));
         }
     }
+}
+
+/// What an entry of `jlog` counts against the journal budget.
+fn jlog_entry_bytes(e: &JBlock) -> usize {
+    JLOG_ENTRY_BYTES
+        + match e {
+            JBlock::Header(b) | JBlock::Copy(b) => b.len(),
+            JBlock::Seen(_) => 0,
+        }
 }
 
 #[derive(Debug, Clone, Copy)]

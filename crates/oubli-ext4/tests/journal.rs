@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use oubli_ext4::{free_space, Ext4Tracker, Observation};
+use oubli_ext4::{free_space, Budget, Ext4Tracker, Observation};
 
 struct Rig {
     img: Vec<u8>,
@@ -430,4 +430,80 @@ fn an_empty_journal_after_the_last_commit_drops_the_suspicious() {
     r.tx(104, &[(home, b2.clone())], &[], false);
     let o = r.tx(105, &[(home, base.clone())], &[], false);
     assert_eq!(blocks(&o.freed, bs), vec![y]);
+}
+
+/// Issue 40 item 4: past its memory budget for the blocks written since
+/// the last commit, the tracker keeps more, never less. Writes to freed
+/// blocks after the previous commit, scattered beyond a budget of two
+/// ranges: the commit that frees them drops none of those written (it
+/// keeps more than it would, the neighbours too) and the next commit drops
+/// the rest; the tracker's memory stays within its bitmaps and its budget.
+#[test]
+fn over_its_memory_budget_the_tracker_keeps_more_never_less() {
+    if !require("mkfs.ext4", "e2fsprogs") {
+        return;
+    }
+    let mut r = Rig::new(0x12);
+    let budget = Budget {
+        written_bytes: 1,
+        ..Budget::default()
+    };
+    r.t.set_budget(budget);
+    let bs = r.bs;
+    let free = free_space(&mut reader(&r.img), r.img.len() as u64)
+        .unwrap()
+        .unwrap();
+    let first = r.t.layout().unwrap().sb.first_data_block;
+    let (home, base) = r.bitmap(0);
+    // Twenty free data blocks, two apart: writes to them never touch.
+    let xs: Vec<u64> = (first..first + 8192)
+        .filter(|&b| free.is_free(b) && b % 2 == 0)
+        .take(20)
+        .collect();
+    let mut used = base.clone();
+    for &x in &xs {
+        set(&mut used, x - first, true);
+    }
+    r.tx(100, &[(home, used.clone())], &[], false);
+    for &x in &xs {
+        r.put(x, &vec![0xAB; bs as usize]);
+    }
+    r.tx(101, &[(home, used.clone())], &[], false);
+    r.tx(102, &[], &[], false);
+    // 103 frees all twenty; every other one was written after 102.
+    let written: Vec<u64> = xs.iter().copied().step_by(2).collect();
+    let mut notes = Vec::new();
+    for &x in &written {
+        notes.extend(r.put(x, &vec![0xCD; bs as usize]).notes);
+    }
+    assert!(
+        notes.iter().any(|n| n.contains("memory budget")),
+        "{notes:?}"
+    );
+    let o = r.tx(103, &[(home, base.clone())], &[], false);
+    let dropped_103 = blocks(&o.freed, bs);
+    for x in &written {
+        assert!(!dropped_103.contains(x), "{x}, written after 102, dropped");
+        assert_eq!(r.read(*x), vec![0xCD; bs as usize]);
+    }
+    // Coarser than exact: fewer than the ten unwritten ones went at 103.
+    let unwritten: Vec<u64> = xs.iter().copied().skip(1).step_by(2).collect();
+    let gone_103 = unwritten.iter().filter(|x| dropped_103.contains(x)).count();
+    assert!(gone_103 < unwritten.len(), "{dropped_103:?}");
+    // Nothing written since 103: everything freed goes at 104.
+    let o = r.tx(104, &[], &[], false);
+    let dropped_104 = blocks(&o.freed, bs);
+    for x in &xs {
+        assert!(
+            dropped_103.contains(x) || dropped_104.contains(x),
+            "{x} freed in 103 was never dropped"
+        );
+    }
+    let lay = r.t.layout().unwrap();
+    let bitmaps = lay.sb.blocks_count / 8 + lay.groups.len() as u64 * (bs + 64);
+    assert!(
+        r.t.memory_bytes() <= bitmaps + budget.total(),
+        "{} bytes held",
+        r.t.memory_bytes()
+    );
 }

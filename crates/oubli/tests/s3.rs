@@ -165,3 +165,50 @@ fn a_second_writer_elsewhere_is_refused_while_a_mount_holds_the_store() {
     assert!(holder.wait().unwrap().success());
     cmd("b").args(["ls"]).assert().success().stdout("big\n");
 }
+
+/// Issue 40 item 3: the local state directory of a store on S3 (its lock
+/// and control socket), and the parents made for it under
+/// `$XDG_STATE_HOME`, are the owner's only from the start, whether `init`
+/// or a later command on another machine makes them: directories 0700,
+/// files 0600, so no other user can hold the store's lock.
+#[test]
+fn the_state_directory_of_a_store_on_s3_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
+        return;
+    };
+    let url = server.bucket("private", false, "team/store").to_string();
+    let cmd = |state: &str| oubli(dir.path(), &server, &url, state);
+    cmd("state")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    cmd("state")
+        .args(["put", "doc", "-"])
+        .write_stdin("x")
+        .assert()
+        .success();
+    // Another machine's first command makes its own state directory.
+    cmd("elsewhere")
+        .args(["put", "other", "-"])
+        .write_stdin("y")
+        .assert()
+        .success();
+    let mut open = Vec::new();
+    let mut todo = vec![dir.path().join("state"), dir.path().join("elsewhere")];
+    let mut locks = 0;
+    while let Some(p) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        let mode = meta.permissions().mode() & 0o777;
+        if meta.is_dir() {
+            todo.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+        locks += usize::from(p.file_name().is_some_and(|n| n == "lock"));
+        if mode != if meta.is_dir() { 0o700 } else { 0o600 } {
+            open.push(format!("{} {mode:o}", p.display()));
+        }
+    }
+    assert_eq!(locks, 2, "a lock file in each state directory");
+    assert!(open.is_empty(), "not private: {open:#?}");
+}

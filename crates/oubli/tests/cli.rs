@@ -1509,6 +1509,7 @@ fn another_user_cannot_hold_the_store_lock() {
 /// Issue 40 item 3: `fsck` and `status` warn about a store directory other
 /// users can enter (a store made before the fix, or opened up since) and
 /// say how to close it; once closed, no warning. The commands still work.
+/// `init` warns about an existing directory it keeps open.
 #[test]
 fn fsck_and_status_warn_about_a_store_others_can_enter() {
     use std::os::unix::fs::PermissionsExt;
@@ -1553,6 +1554,24 @@ fn fsck_and_status_warn_about_a_store_others_can_enter() {
             .success()
             .stderr(predicate::str::contains("warning").not());
     }
+    // `init` in a directory that was already there (a mount point, say)
+    // keeps its mode, and says so when it lets others in.
+    let existing = env.path("existing");
+    fs::create_dir(&existing).unwrap();
+    fs::set_permissions(&existing, fs::Permissions::from_mode(0o755)).unwrap();
+    env.cmd()
+        .arg("--store")
+        .arg(&existing)
+        .arg("--vault")
+        .arg(env.path("existing-vault"))
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("the directory (mode 755)"))
+        .stderr(predicate::str::contains(format!(
+            "chmod -R go= {}",
+            existing.display()
+        )));
 }
 
 /// Issue 40 item 4: a password file other users can read (or write) draws a warning,

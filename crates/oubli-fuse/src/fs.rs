@@ -235,7 +235,24 @@ pub(crate) struct Fs {
     atime: AtimeMode,
     /// Tells the kernel about names removed other than by its own requests (redaction).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Names removed in the open epoch: what the message names when the
+    /// unmount's commit fails and they stay recoverable.
+    removed: Mutex<Removed>,
+    /// What the unmount left undone, once it ran ([`Fs::destroy`]).
+    unfinished: Mutex<Option<crate::Unfinished>>,
 }
+
+/// Names removed in one epoch (the open one): a bounded list, and a count past it.
+#[derive(Default)]
+struct Removed {
+    epoch: u64,
+    /// (directory, name, object) of each removal, oldest first.
+    names: Vec<(u64, Vec<u8>, u64)>,
+    more: usize,
+}
+
+/// How many removed names a failed unmount names (the rest are counted).
+const REMOVED_NAMED: usize = 20;
 
 /// The access-time mode of a mount, from its options (the last one wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,6 +400,8 @@ impl Fs {
             show_snapdir: opts.snapdir_visible,
             atime: AtimeMode::of(opts),
             notifier: std::sync::OnceLock::new(),
+            removed: Mutex::new(Removed::default()),
+            unfinished: Mutex::new(None),
         };
         let node = Arc::new(Node {
             oid: ROOT_DIR,
@@ -1017,6 +1036,7 @@ impl Fs {
             self.touch_dir(&dir, now)
         };
         self.store.unlink(parent, name).map_err(errno)?;
+        self.note_removed(parent, name, oid);
         if last {
             self.finish_unlinked(&node)?;
         }
@@ -1124,6 +1144,7 @@ impl Fs {
             .rename(parent, name, newparent, newname, true)
             .map_err(errno)?;
         if let Some((vnode, last)) = victim {
+            self.note_removed(newparent, newname, vnode.oid);
             if last {
                 self.finish_unlinked(&vnode)?;
             }
@@ -1827,17 +1848,20 @@ impl Fs {
         })
     }
 
-    /// Writes back every pending attribute change.
-    fn persist_all(&self) {
+    /// Writes back every pending attribute change; returns how many inodes' failed.
+    fn persist_all(&self) -> usize {
         let nodes: Vec<Arc<Node>> = lock(&self.table).loaded.values().cloned().collect();
+        let mut failed = 0;
         for node in nodes {
             let mut st = lock(&node.st);
             if st.dirty {
                 if let Err(e) = self.persist(node.oid, &mut st) {
                     eprintln!("oubli-fuse: writing back attributes of {}: {e:?}", node.oid);
+                    failed += 1;
                 }
             }
         }
+        failed
     }
 
     /// The erasure barrier: pending attributes written, then the epoch ends.
@@ -1864,13 +1888,16 @@ impl Fs {
         self.store.tick();
     }
 
-    /// Unmount: pending attributes written, the mounted flag cleared, the epoch committed.
+    /// Unmount: pending attributes written, the mounted flag cleared, the
+    /// epoch committed. What did not happen is kept for [`Fs::take_unfinished`]:
+    /// the session's end reports it, so that nobody takes a failed commit
+    /// (deletions still recoverable) for a clean unmount.
     pub(crate) fn destroy(&self) {
         if self.read_only {
             return;
         }
         let _g = self.exclusive();
-        self.persist_all();
+        let mut unwritten = self.persist_all();
         if let Some(root) = self.cached(ROOT_DIR) {
             let mut st = lock(&root.st);
             if let Some(fs) = st.attr.fs.as_mut() {
@@ -1878,12 +1905,103 @@ impl Fs {
             }
             if let Err(e) = self.persist(ROOT_DIR, &mut st) {
                 eprintln!("oubli-fuse: writing the root directory at unmount: {e:?}");
+                unwritten += 1;
             }
         }
-        if let Err(e) = self.store.commit() {
+        let commit = self.store.commit().err();
+        // The commit failed: its writes may still reach the intent log.
+        let flush = commit.as_ref().and_then(|e| {
             eprintln!("oubli-fuse: commit at unmount failed: {e}");
-            let _ = self.store.flush();
+            self.store.flush().err()
+        });
+        if commit.is_none() && unwritten == 0 {
+            return;
         }
+        let pending_deletions = self
+            .store
+            .status()
+            .map(|s| s.pending_deletions)
+            .unwrap_or_default();
+        let (removed, removed_more) = self.removed_paths();
+        *lock(&self.unfinished) = Some(crate::Unfinished {
+            commit,
+            flush,
+            attributes_unwritten: unwritten,
+            pending_deletions,
+            removed,
+            removed_more,
+        });
+    }
+
+    /// What the unmount left undone, if it ran and left anything.
+    pub(crate) fn take_unfinished(&self) -> Option<crate::Unfinished> {
+        lock(&self.unfinished).take()
+    }
+
+    /// Notes a name removed in the open epoch (what a failed final commit names).
+    fn note_removed(&self, dir: u64, name: &[u8], oid: u64) {
+        let epoch = self.store.epoch();
+        let mut r = lock(&self.removed);
+        if r.epoch != epoch {
+            // A commit landed since: what was noted is erased.
+            *r = Removed {
+                epoch,
+                ..Removed::default()
+            };
+        }
+        if r.names.len() < REMOVED_NAMED {
+            r.names.push((dir, name.to_vec(), oid));
+        } else {
+            r.more += 1;
+        }
+    }
+
+    /// The names removed in the open epoch as paths from the mount's root
+    /// (`.../NAME` where the directory's place is not known any more), and
+    /// how many more were removed.
+    fn removed_paths(&self) -> (Vec<String>, usize) {
+        let r = lock(&self.removed);
+        if r.epoch != self.store.epoch() {
+            return (Vec::new(), 0);
+        }
+        let paths = r
+            .names
+            .iter()
+            .map(|(dir, name, _)| {
+                let name = String::from_utf8_lossy(name);
+                match self.dir_path(*dir, &r.names, 0) {
+                    Some(d) => format!("{d}/{name}"),
+                    None => format!(".../{name}"),
+                }
+            })
+            .collect();
+        (paths, r.more)
+    }
+
+    /// The path of directory `dir` from the root (`""` for the root): up its
+    /// parent links, or through the removals noted when it was removed too.
+    fn dir_path(&self, dir: u64, removed: &[(u64, Vec<u8>, u64)], depth: usize) -> Option<String> {
+        if dir == ROOT_DIR {
+            return Some(String::new());
+        }
+        if depth > 4096 {
+            return None;
+        }
+        let (parent, name) = match removed.iter().rev().find(|(_, _, oid)| *oid == dir) {
+            Some((parent, name, _)) => (*parent, name.clone()),
+            None => {
+                let parent = self.fetch(dir).ok()?.0.parent;
+                let (name, _) = self
+                    .store
+                    .list(parent)
+                    .ok()?
+                    .into_iter()
+                    .find(|(_, target)| *target == dir)?;
+                (parent, name)
+            }
+        };
+        let above = self.dir_path(parent, removed, depth + 1)?;
+        Some(format!("{above}/{}", String::from_utf8_lossy(&name)))
     }
 
     /// Runs `f` with no namespace operation half done and every pending

@@ -63,6 +63,84 @@ pub enum Error {
     Store(oubli_core::Error),
     /// The kernel or fusermount3 refused the mount, or the unmount failed.
     Mount(io::Error),
+    /// The file system is unmounted, but its last commit (or the writing
+    /// back of what it held) failed: deletions stay recoverable until a
+    /// commit succeeds, and writes may be lost if even the flush failed.
+    /// (Boxed: it holds two engine errors, and keeps `Error` small.)
+    Unfinished(Box<Unfinished>),
+}
+
+/// What an unmount could not finish ([`Error::Unfinished`]).
+#[derive(Debug)]
+pub struct Unfinished {
+    /// Why the last commit failed; `None` if it went through (and only
+    /// attributes were lost).
+    pub commit: Option<oubli_core::Error>,
+    /// Why, after the failed commit, the writes could not be made durable
+    /// either: what was written since the last flush is lost.
+    pub flush: Option<oubli_core::Error>,
+    /// Inodes whose pending attributes (size, times, mode) could not be written back.
+    pub attributes_unwritten: usize,
+    /// Deletions (unlinks, truncates, overwrites) since the last commit:
+    /// still recoverable until a commit succeeds.
+    pub pending_deletions: u64,
+    /// Paths removed since the last commit, from the mount's root (at most
+    /// a few dozen; `.../NAME` where the directory is unknown).
+    pub removed: Vec<String>,
+    /// Removals past those named.
+    pub removed_more: usize,
+}
+
+impl Unfinished {
+    /// The error that decides the outcome: the flush's (data lost) before
+    /// the commit's (deletions recoverable).
+    pub fn cause(&self) -> Option<&oubli_core::Error> {
+        self.flush.as_ref().or(self.commit.as_ref())
+    }
+
+    /// The removed paths as a list for a message: `/a, /b and 3 more`.
+    pub fn removed_list(&self) -> String {
+        let mut list = self.removed.join(", ");
+        if self.removed_more > 0 {
+            list.push_str(&format!(" and {} more", self.removed_more));
+        }
+        list
+    }
+}
+
+impl fmt::Display for Unfinished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.commit {
+            Some(e) => write!(f, "the last commit at unmount failed: {e}")?,
+            None => write!(f, "the last commit at unmount went through")?,
+        }
+        if let Some(e) = &self.flush {
+            write!(f, "; writes since the last flush were not stored: {e}")?;
+        }
+        if self.attributes_unwritten > 0 {
+            write!(
+                f,
+                "; the attributes of {} files were not written back",
+                self.attributes_unwritten
+            )?;
+        }
+        if self.commit.is_some() && self.pending_deletions > 0 {
+            let n = self.pending_deletions;
+            match self.flush {
+                None => write!(f, "; {n} deletions are still recoverable")?,
+                // Those in the intent log stay pending; the others were
+                // never stored, and their names come back.
+                Some(_) => write!(
+                    f,
+                    "; {n} deletions were not committed: those flushed before stay recoverable, the others are undone"
+                )?,
+            }
+            if !self.removed.is_empty() {
+                write!(f, " (removed: {})", self.removed_list())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Display for Error {
@@ -72,6 +150,7 @@ impl fmt::Display for Error {
             Error::Options(why) => write!(f, "bad mount option: {why}"),
             Error::Store(e) => write!(f, "{e}"),
             Error::Mount(e) => write!(f, "mount failed: {e}"),
+            Error::Unfinished(u) => write!(f, "{u}"),
         }
     }
 }
@@ -81,6 +160,7 @@ impl std::error::Error for Error {
         match self {
             Error::Store(e) => Some(e),
             Error::Mount(e) => Some(e),
+            Error::Unfinished(u) => u.cause().map(|e| e as _),
             _ => None,
         }
     }
@@ -342,11 +422,13 @@ impl Session {
     }
 
     /// Unmounts, waits for the request loops to end, and commits the epoch.
+    /// [`Error::Unfinished`] if that commit (or the flush after it) failed.
     pub fn unmount(mut self) -> Result<(), Error> {
         self.finish(true)
     }
 
-    /// Waits until the file system is unmounted from outside (then commits, as at any unmount).
+    /// Waits until the file system is unmounted from outside (then commits,
+    /// as at any unmount; [`Error::Unfinished`] if that failed).
     pub fn wait(mut self) -> Result<(), Error> {
         self.finish(false)
     }
@@ -396,7 +478,12 @@ impl Session {
             }
         }
         self.ticker.stop();
-        result
+        // The request loops ended, so the unmount's commit ran: what it left
+        // undone matters more than how the loops ended.
+        match self.fs.take_unfinished() {
+            Some(u) => Err(Error::Unfinished(Box::new(u))),
+            None => result,
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use oubli_core::tree::{decode_node, encode_node, Node, Value};
-use oubli_core::{Medium, VaultRecord};
+use oubli_core::{Medium, Vault, VaultRecord};
 use oubli_crypto::{CryptoProvider, KeyRef, KeyScheme, ParentPointerScheme};
 use oubli_media::{MemMedium, RecordingMedium};
 use oubli_testkit::marker::{self, Marker};
@@ -482,6 +482,89 @@ fn unmount_with_a_file_still_open_ends_once_it_is_closed() {
     let (markers, meta) = world.seize(false);
     assert!(blocks(43, 0, 20_000).is_disjoint(&markers));
     assert!(!contains(&meta, b"SECRETNAME-open"));
+}
+
+/// The unmount's commit refused by the vault (a token unplugged): the
+/// unmount reports it as `Error::Unfinished` — the commit's error, the
+/// deletions still pending, the paths removed (by unlink, rmdir and a
+/// rename over a name, a directory's too once it is gone) — instead of
+/// `Ok`; whether the session unmounts or the kernel's unmount ends it.
+/// A commit once the vault is back erases them.
+#[test]
+fn unmount_reports_a_commit_the_vault_refused() {
+    if !fuse_available() {
+        return;
+    }
+    for from_outside in [false, true] {
+        let flaky = Arc::new(oubli_vault::FlakyVault::new(
+            oubli_vault::MemoryVault::empty(),
+        ));
+        let handle = flaky.clone();
+        let store = Arc::new(
+            oubli_core::Store::create(
+                Arc::new(MemMedium::new()),
+                move |first| {
+                    handle.inner().store(first)?;
+                    Ok(handle)
+                },
+                harness::front_end_create_options(),
+                store_options(),
+            )
+            .unwrap(),
+        );
+        let mut m = Mounted::new(store.clone(), default_options());
+        fs::create_dir(m.path("dir")).unwrap();
+        write_file(&m.path("dir/gone"), b"in a directory");
+        write_file(&m.path("victim"), b"replaced");
+        write_file(&m.path("kept"), b"kept");
+        for i in 0..25 {
+            write_file(&m.path(&format!("many{i}")), b"one of many");
+        }
+        m.session().purge().unwrap();
+        fs::remove_file(m.path("dir/gone")).unwrap();
+        fs::remove_dir(m.path("dir")).unwrap();
+        write_file(&m.path("new"), b"new");
+        fs::rename(m.path("new"), m.path("victim")).unwrap();
+        for i in 0..25 {
+            fs::remove_file(m.path(&format!("many{i}"))).unwrap();
+        }
+        flaky.unavailable(true);
+        let session = m.session.take().unwrap();
+        let outcome = if from_outside {
+            let ok = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(&m.mnt)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "fusermount3 -u");
+            session.wait()
+        } else {
+            session.unmount()
+        };
+        let Err(oubli_fuse::Error::Unfinished(u)) = outcome else {
+            panic!("from outside {from_outside}: {outcome:?}");
+        };
+        // A vault that did not answer leaves its state unknown: the engine
+        // then stores nothing more either (the flush fails too), and says so.
+        assert!(u.commit.is_some() && u.flush.is_some(), "{u:?}");
+        assert_eq!(u.attributes_unwritten, 0);
+        assert!(u.pending_deletions >= 3, "{u:?}");
+        // The first 20 removals are named, the rest counted.
+        assert_eq!(u.removed[..4], ["/dir/gone", "/dir", "/victim", "/many0"]);
+        assert_eq!((u.removed.len(), u.removed_more), (20, 8), "{u:?}");
+        let said = u.to_string();
+        assert!(
+            said.contains("writes since the last flush were not stored")
+                && said.contains("deletions were not committed")
+                && said.contains("/dir/gone, /dir, /victim, /many0")
+                && said.contains("/many16 and 8 more"),
+            "{said}"
+        );
+        flaky.unavailable(false);
+        store.commit().unwrap();
+        assert_eq!(store.status().unwrap().pending_deletions, 0);
+    }
 }
 
 /// The mount's epoch policy (`-o epoch_deletions=1`) commits without being asked.

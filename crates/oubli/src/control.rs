@@ -14,6 +14,7 @@
 //! | `snapshot-create <expires-at or -> <name>` | `ok <epoch>` once the snapshot is durable |
 //! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
 //! | `redact <purge or keep> <path>` (mounts only) | `ok <json>`: what `oubli redact` reports, once durable (and committed with `purge`) |
+//! | `unmount-outcome` (mounts only) | `ok running` until unmounted and committed, then `ok committed`, or `ok failed <json>` (exit code, message, hint) if the last commit failed: what `oubli umount` reports |
 //!
 //! Errors are `err <exit code> <message>`: the code `oubli` would exit with
 //! had it done the work itself (docs/CLI.md, "Exit codes"), so a request

@@ -1,6 +1,11 @@
 //! `oubli mount` / `oubli umount` end to end: a detached mount, files through it, the control socket while mounted, the commit at unmount (audit finds nothing deleted), and the errors.
 
+mod common;
+#[path = "../../oubli-vault/tests/common/mod.rs"]
+mod hw;
+
 use assert_cmd::Command;
+use common::Immutable;
 use predicates::prelude::*;
 use std::fs;
 use std::path::PathBuf;
@@ -10,6 +15,10 @@ struct Env {
     dir: TempDir,
     store: PathBuf,
     mnt: PathBuf,
+    /// The vault's address (default: the file `vault` in the directory).
+    vault: String,
+    /// More environment for every command (SOFTHSM2_CONF).
+    envs: Vec<(String, String)>,
 }
 
 impl Env {
@@ -18,10 +27,18 @@ impl Env {
     }
 
     fn with_key_scheme(key_scheme: &str) -> Env {
+        Env::with_vault(key_scheme, None, Vec::new())
+    }
+
+    /// A store on `key_scheme` whose vault is at `vault` (a file in the
+    /// directory if `None`), made with `envs` in the environment.
+    fn with_vault(key_scheme: &str, vault: Option<String>, envs: Vec<(String, String)>) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let env = Env {
             store: dir.path().join("store"),
             mnt: dir.path().join("mnt"),
+            vault: vault.unwrap_or_else(|| dir.path().join("vault").display().to_string()),
+            envs,
             dir,
         };
         fs::create_dir(&env.mnt).unwrap();
@@ -34,13 +51,21 @@ impl Env {
     }
 
     fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("oubli").unwrap();
+        Command::from_std(self.std_cmd())
+    }
+
+    /// The same command as a std one (to spawn a mount that stays in the foreground).
+    fn std_cmd(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"));
         cmd.env_clear()
             .env("HOME", self.dir.path())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("OUBLI_STORE", &self.store)
-            .env("OUBLI_VAULT", self.dir.path().join("vault"))
+            .env("OUBLI_VAULT", &self.vault)
             .env("OUBLI_PASSWORD", "pw");
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
         cmd
     }
 }
@@ -488,5 +513,320 @@ fn plain_umount(mnt: &std::path::Path) {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How a test makes the file vault fail, as a user would meet it.
+#[derive(Clone, Copy, Debug)]
+enum Break {
+    /// `chattr -R +i` on the vault's directory (the vault file in it too).
+    Immutable,
+    /// The vault file moved aside and a directory put in its place.
+    Directory,
+}
+
+/// A file vault in a directory of its own, broken and mended on demand.
+struct FileVault {
+    dir: PathBuf,
+    file: PathBuf,
+    guard: Option<Immutable>,
+}
+
+impl FileVault {
+    fn new(env_dir: &std::path::Path) -> FileVault {
+        let dir = env_dir.join("vault-dir");
+        fs::create_dir(&dir).unwrap();
+        FileVault {
+            file: dir.join("vault"),
+            dir,
+            guard: None,
+        }
+    }
+
+    fn address(&self) -> String {
+        self.file.display().to_string()
+    }
+
+    fn break_it(&mut self, how: Break) {
+        match how {
+            Break::Immutable => self.guard = Some(Immutable::set(&self.dir)),
+            Break::Directory => {
+                fs::rename(&self.file, self.dir.join("vault.aside")).unwrap();
+                fs::create_dir(&self.file).unwrap();
+            }
+        }
+    }
+
+    fn mend(&mut self, how: Break) {
+        match how {
+            Break::Immutable => self.guard = None,
+            Break::Directory => {
+                fs::remove_dir(&self.file).unwrap();
+                fs::rename(self.dir.join("vault.aside"), &self.file).unwrap();
+            }
+        }
+    }
+}
+
+/// Files written and committed through the mount, then removed: deletions
+/// that the unmount's commit must erase.
+fn write_commit_remove(env: &Env) {
+    fs::create_dir(env.mnt.join("dir")).unwrap();
+    fs::write(env.mnt.join("dir/gone"), b"secret in a directory").unwrap();
+    fs::write(env.mnt.join("doomed"), vec![7u8; 100_000]).unwrap();
+    fs::write(env.mnt.join("kept"), b"kept").unwrap();
+    env.cmd().arg("commit").assert().success();
+    fs::remove_file(env.mnt.join("doomed")).unwrap();
+    fs::remove_file(env.mnt.join("dir/gone")).unwrap();
+}
+
+fn pending_deletions(env: &Env) -> u64 {
+    let out = env.cmd().args(["status", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["pending_deletions"].as_u64().unwrap()
+}
+
+/// The failure a broken vault leaves: exit 6, the deletions named, how to finish.
+fn assert_names_the_pending_deletions(code: Option<i32>, stderr: &str) {
+    assert_eq!(code, Some(6), "{stderr}");
+    assert!(
+        stderr.contains(" deletions ")
+            && stderr.contains("/doomed")
+            && stderr.contains("/dir/gone")
+            && stderr.contains("oubli commit")
+            && stderr.contains("(exit 6)"),
+        "{stderr}"
+    );
+}
+
+/// Once the vault works again, `oubli commit` erases what the unmount could
+/// not: nothing pending, nothing deleted recoverable, the kept file there.
+fn commit_finishes(env: &Env) {
+    env.cmd().arg("commit").assert().success();
+    assert_eq!(pending_deletions(env), 0);
+    env.cmd().arg("audit").assert().success();
+    env.cmd()
+        .args(["get", "kept"])
+        .assert()
+        .success()
+        .stdout("kept");
+}
+
+/// Issue 39 item 2: `oubli umount` of a mount whose last commit fails
+/// (the vault's directory made immutable; the vault file replaced by a
+/// directory) exits 6, naming the pending deletions and `oubli commit`,
+/// instead of "unmounted" and 0; `oubli commit` finishes once the vault works.
+#[test]
+fn umount_fails_when_the_last_commit_fails() {
+    if !fuse_available() {
+        return;
+    }
+    for how in [Break::Immutable, Break::Directory] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vault = FileVault::new(dir.path());
+        let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
+        env.cmd()
+            .arg("mount")
+            .arg(&env.mnt)
+            .args(["-o", "epoch_interval=3600"])
+            .assert()
+            .success();
+        write_commit_remove(&env);
+        vault.break_it(how);
+        let out = env.cmd().arg("umount").arg(&env.mnt).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_names_the_pending_deletions(out.status.code(), &stderr);
+        assert!(stderr.contains("unmounted"), "{how:?}: {stderr}");
+        assert!(
+            !fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .contains(&env.mnt.display().to_string()),
+            "{how:?}: still mounted"
+        );
+        vault.mend(how);
+        match how {
+            // The vault refused at once: the deletions reached the intent log.
+            Break::Immutable => {
+                assert!(
+                    stderr.contains("deletions are still recoverable"),
+                    "{stderr}"
+                );
+                assert!(pending_deletions(&env) > 0);
+            }
+            // The vault's state is unknown after the failure, so the engine
+            // stores nothing more: said so, and the removed names are back.
+            Break::Directory => {
+                assert!(
+                    stderr.contains("writes since the last flush were not stored")
+                        && stderr.contains("the others are undone"),
+                    "{stderr}"
+                );
+                env.cmd()
+                    .arg("ls")
+                    .assert()
+                    .success()
+                    .stdout(predicate::str::contains("doomed"));
+            }
+        }
+        commit_finishes(&env);
+    }
+}
+
+/// A foreground mount whose last commit fails exits 6 with the message,
+/// whether the kernel's unmount (fusermount3 -u) or SIGTERM ends it.
+#[test]
+fn the_mount_process_exits_6_when_its_last_commit_fails() {
+    if !fuse_available() {
+        return;
+    }
+    for stop in ["fusermount3", "SIGTERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vault = FileVault::new(dir.path());
+        let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
+        let log = env.dir.path().join("mount.log");
+        let mut child = env
+            .std_cmd()
+            .arg("mount")
+            .arg("--foreground")
+            .arg(&env.mnt)
+            .args(["-o", "epoch_interval=3600"])
+            .stdin(std::process::Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while !fs::read_to_string(&log).unwrap().contains("mounted store") {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{}",
+                fs::read_to_string(&log).unwrap()
+            );
+            assert!(start.elapsed().as_secs() < 60, "the mount did not come up");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        write_commit_remove(&env);
+        vault.break_it(Break::Immutable);
+        let ok = match stop {
+            "fusermount3" => std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(&env.mnt)
+                .status(),
+            _ => std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status(),
+        };
+        assert!(ok.unwrap().success(), "{stop}");
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "{stop}: the mount process did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let stderr = fs::read_to_string(&log).unwrap();
+        assert_names_the_pending_deletions(status.code(), &stderr);
+        vault.mend(Break::Immutable);
+        commit_finishes(&env);
+    }
+}
+
+/// Writes the unmount could not store (the store's segments and the vault
+/// made immutable before the kernel hands them over): exit 9, the medium's
+/// code, saying the writes were not stored.
+#[test]
+fn umount_fails_when_the_writes_cannot_be_stored() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut vault = FileVault::new(dir.path());
+    let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "epoch_interval=3600"])
+        .assert()
+        .success();
+    // Not synced: the writes wait in the mount for the unmount's commit.
+    fs::write(env.mnt.join("late"), vec![1u8; 300_000]).unwrap();
+    let segments = Immutable::set(&env.store.join("segments"));
+    vault.break_it(Break::Immutable);
+    let out = env.cmd().arg("umount").arg(&env.mnt).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(9), "{stderr}");
+    assert!(
+        stderr.contains("writes since the last flush were not stored")
+            && stderr.contains("check the disk"),
+        "{stderr}"
+    );
+    drop(segments);
+    vault.mend(Break::Immutable);
+}
+
+/// Mounts `env`'s store (policy commits off), writes, commits and removes,
+/// breaks the vault with `break_it`, and checks that `oubli umount` fails
+/// naming the deletions; `mend` then lets `oubli commit` finish them.
+fn umount_with_a_vault_that_fails(env: &Env, break_it: impl FnOnce(), mend: impl FnOnce()) {
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "epoch_interval=3600"])
+        .assert()
+        .success();
+    write_commit_remove(env);
+    break_it();
+    let out = env.cmd().arg("umount").arg(&env.mnt).output().unwrap();
+    assert_names_the_pending_deletions(out.status.code(), &String::from_utf8_lossy(&out.stderr));
+    mend();
+    commit_finishes(env);
+}
+
+/// A TPM vault (swtpm) that goes away before the unmount: exit 6, named.
+#[cfg(feature = "tpm")]
+#[test]
+fn umount_fails_when_the_tpm_is_gone() {
+    if !fuse_available() || hw::skip_hw() {
+        return;
+    }
+    let tpm = std::cell::RefCell::new(hw::Swtpm::start());
+    let address = format!("tpm:{}", tpm.borrow().location());
+    let env = Env::with_vault("parent-pointer", Some(address), Vec::new());
+    umount_with_a_vault_that_fails(
+        &env,
+        || tpm.borrow_mut().kill(),
+        || tpm.borrow_mut().restart(),
+    );
+}
+
+/// A PKCS#11 vault (SoftHSM2) whose token cannot be written (its files
+/// made immutable) at the unmount: exit 6, named.
+#[test]
+fn umount_fails_when_the_token_cannot_be_written() {
+    if !fuse_available() || hw::skip_hw() {
+        return;
+    }
+    let hsm = hw::SoftHsm::new();
+    hsm.init_token("umount", "1234");
+    let uri = format!(
+        "pkcs11:token=umount;object=oubli?module-path={}&pin-value=1234",
+        hw::SOFTHSM_MODULE
+    );
+    let conf = vec![("SOFTHSM2_CONF".to_string(), hsm.conf.display().to_string())];
+    let env = Env::with_vault("parent-pointer", Some(uri), conf);
+    let guard = std::cell::RefCell::new(None);
+    umount_with_a_vault_that_fails(
+        &env,
+        || *guard.borrow_mut() = Some(Immutable::set(&hsm.tokens)),
+        || *guard.borrow_mut() = None,
     );
 }

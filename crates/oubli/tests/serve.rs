@@ -1,5 +1,7 @@
 //! `oubli serve` as a process: argument checks, the epoch policy timer, SIGUSR1 and SIGTERM commits, export growth (needs qemu-io and nbdinfo from qemu-utils and libnbd-bin).
 
+mod common;
+
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -101,7 +103,13 @@ impl Serving {
     }
 
     /// SIGTERM; returns (exit status success, stdout).
-    fn stop(mut self) -> (bool, String) {
+    fn stop(self) -> (bool, String) {
+        let (code, out) = self.stop_code();
+        (code == Some(0), out)
+    }
+
+    /// SIGTERM; returns (exit code, stdout).
+    fn stop_code(mut self) -> (Option<i32>, String) {
         self.signal("-TERM");
         let start = Instant::now();
         loop {
@@ -113,7 +121,7 @@ impl Serving {
                     .unwrap()
                     .read_to_string(&mut out)
                     .unwrap();
-                return (st.success(), out);
+                return (st.code(), out);
             }
             assert!(start.elapsed() < LIMIT, "oubli serve ignored SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
@@ -361,6 +369,67 @@ fn serve_commits_on_policy_signal_and_exit() {
     assert!(ok);
     let o = output(oubli(dir).args(["status", "--json"]));
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"pending_deletions\": 0"));
+}
+
+/// Issue 39 item 2: `oubli serve` stopped by SIGTERM when its last commit
+/// fails (the vault file made immutable; replaced by a directory) exits 6,
+/// naming the deletions still recoverable and `oubli commit`, instead of
+/// "stopped; epoch N committed" and 0; `oubli commit` finishes them once
+/// the vault works.
+#[test]
+fn serve_exits_6_when_its_last_commit_fails() {
+    if !tool("qemu-io", "qemu-utils") {
+        return;
+    }
+    for directory in [false, true] {
+        let d = init();
+        let dir = d.path();
+        let vault = dir.join("vault");
+        let aside = dir.join("vault.aside");
+        let s = Serving::start(
+            dir,
+            &["--export", "disk", "--size", "1M", "--epoch-interval", "0"],
+        );
+        let io = |cmd: &str| {
+            let o = output(
+                Command::new("qemu-io")
+                    .args(["-f", "raw"])
+                    .arg(uri(dir))
+                    .args(["-c", cmd]),
+            );
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        };
+        io("write -P 0x5a 0 64k");
+        assert!(output(oubli(dir).arg("commit")).status.success());
+        io("discard 0 32k");
+        let guard = if directory {
+            std::fs::rename(&vault, &aside).unwrap();
+            std::fs::create_dir(&vault).unwrap();
+            None
+        } else {
+            Some(common::Immutable::set(&vault))
+        };
+        let (code, out) = s.stop_code();
+        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+        assert_eq!(code, Some(6), "{out}{log}");
+        assert!(
+            log.contains("stopped, but the last commit failed")
+                && log.contains(" deletions (TRIMs, discards, overwrites) ")
+                && (directory || log.contains("are still recoverable"))
+                && log.contains("oubli commit")
+                && !out.contains("committed"),
+            "{out}{log}"
+        );
+        drop(guard);
+        if directory {
+            std::fs::remove_dir(&vault).unwrap();
+            std::fs::rename(&aside, &vault).unwrap();
+        }
+        let o = output(oubli(dir).arg("commit"));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = output(oubli(dir).args(["status", "--json"]));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("\"pending_deletions\": 0"));
+    }
 }
 
 /// The TCP address `oubli serve` logged it listens on.

@@ -1,4 +1,4 @@
-//! The ext4-on-`oubli serve` rig shared by nbd_ext4.rs and nbd_ext4_infer.rs: an `oubli serve` process, nbdfuse, a loop device and a mounted ext4, torn down in reverse order even on panic; the adversary's view of deleted files.
+//! The ext4-on-`oubli serve` rig shared by nbd_ext4.rs and nbd_ext4_infer.rs: an `oubli serve` process, nbdfuse, a loop device and a mounted ext4, torn down in reverse order even on panic; the adversary's view of deleted files; an immutable-flag guard for the vault-failure tests.
 #![allow(dead_code)] // each test file uses part of it
 
 use oubli::audit::recover;
@@ -326,4 +326,42 @@ pub fn write_tree(mnt: &Path, files: std::ops::Range<usize>) -> BTreeMap<usize, 
 
 pub fn sync() {
     sh(&mut Command::new("sync"));
+}
+
+/// `chattr -R +i PATH` (as root on ext4), undone when dropped, also when the test fails.
+pub struct Immutable(PathBuf);
+
+impl Immutable {
+    pub fn set(path: &Path) -> Immutable {
+        if let Err(e) = chattr("+i", path) {
+            panic!("{e} (the test needs root on a file system with the immutable flag, as ext4)");
+        }
+        Immutable(path.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        // No panic here: the guard also runs while a failed test unwinds.
+        if let Err(e) = chattr("-i", &self.0) {
+            eprintln!("{e}");
+        }
+    }
+}
+
+fn chattr(flag: &str, path: &Path) -> Result<(), String> {
+    let out = Command::new("chattr")
+        .args(["-R", flag])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("chattr: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "chattr -R {flag} {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }

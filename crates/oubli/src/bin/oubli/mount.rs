@@ -4,7 +4,9 @@
 //! with `--foreground`). The process holds the store open: it commits on the
 //! epoch policy (its timer), at once on SIGUSR1 or `oubli commit` (the
 //! store's control socket), after deleting anything marked sensitive, and at
-//! unmount. `umount` unmounts and waits for that last commit.
+//! unmount. `umount` unmounts and waits for that last commit, and fails
+//! as the mount process does (exit 6, the deletions still recoverable
+//! named) when it did not go through.
 
 use crate::failure::Failure;
 use crate::session::{self, Access, Global};
@@ -15,7 +17,7 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Arguments of `oubli mount`.
@@ -155,10 +157,72 @@ fn retention_options(list: &str, r: &mut Retention) -> Result<String, Failure> {
 }
 
 /// What a mount adds to the control socket: requests run between
-/// namespace operations, and `redact`.
+/// namespace operations, `redact`, and `unmount-outcome`.
 #[derive(Default)]
 struct MountFrontend {
     handle: OnceLock<oubli_fuse::Handle>,
+    /// How the unmount ended: `None` while mounted or committing, then
+    /// `Some(None)` if its last commit went through, or the failure.
+    outcome: Mutex<Option<Option<FinalFailure>>>,
+    /// When `oubli umount` last asked for the outcome.
+    asked: Mutex<Option<Instant>>,
+    /// The failure was handed to `oubli umount`.
+    collected: AtomicBool,
+}
+
+/// A failed unmount as `oubli umount` receives it (`unmount-outcome`), to
+/// fail with the same code and words as the mount process.
+#[derive(serde::Serialize, serde::Deserialize, Clone)]
+struct FinalFailure {
+    code: i32,
+    message: String,
+    hint: String,
+}
+
+/// How long a mount process whose last commit failed stays, after `oubli
+/// umount` last asked, for it to collect the failure.
+const OUTCOME_LINGER: Duration = Duration::from_secs(2);
+
+impl MountFrontend {
+    /// `unmount-outcome`: `running` while mounted or committing, then
+    /// `committed`, or `failed JSON` (a [`FinalFailure`]).
+    fn outcome(&self) -> String {
+        *lock(&self.asked) = Some(Instant::now());
+        match &*lock(&self.outcome) {
+            None => "running".into(),
+            Some(None) => "committed".into(),
+            Some(Some(f)) => {
+                self.collected.store(true, Ordering::SeqCst);
+                format!("failed {}", serde_json::to_string(f).expect("plain data"))
+            }
+        }
+    }
+
+    /// Records how the unmount ended; after a failure, waits while an
+    /// `oubli umount` is asking (bounded) until it has collected it.
+    fn finish(&self, failure: Option<&Failure>) {
+        let wire = failure.map(|f| FinalFailure {
+            code: f.code,
+            message: f.message.clone(),
+            hint: f.hint.clone(),
+        });
+        let failed = wire.is_some();
+        *lock(&self.outcome) = Some(wire);
+        if !failed {
+            return;
+        }
+        let start = Instant::now();
+        while !self.collected.load(Ordering::SeqCst)
+            && start.elapsed() < Duration::from_secs(60)
+            && lock(&self.asked).is_some_and(|t| t.elapsed() < OUTCOME_LINGER)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl oubli::control::Frontend for MountFrontend {
@@ -170,6 +234,9 @@ impl oubli::control::Frontend for MountFrontend {
     }
 
     fn answer(&self, line: &str) -> Option<Result<String, Refusal>> {
+        if line == "unmount-outcome" {
+            return Some(Ok(self.outcome()));
+        }
         let rest = line.strip_prefix("redact ")?;
         let (mode, path) = rest.split_once(' ')?;
         let Some(handle) = self.handle.get() else {
@@ -368,19 +435,56 @@ fn serve(
     } else {
         session.wait()
     };
-    drop(control);
-    done.map_err(|e| {
-        Failure::new(
+    let done = done.map_err(|e| match e {
+        oubli_fuse::Error::Unfinished(u) => unfinished(g, &mountpoint, &u),
+        e => Failure::new(
             exit::UNEXPECTED,
             e.to_string(),
             "the file system may still be mounted: oubli umount it",
-        )
-    })?;
+        ),
+    });
+    // `oubli umount` learns the outcome through the control socket, which
+    // stays up until it has (after a failure) or closes at once.
+    frontend.finish(done.as_ref().err());
+    drop(control);
+    done?;
     Ok(format!(
         "unmounted {}; epoch {} committed: everything deleted before is unrecoverable\n",
         mountpoint.display(),
         store.epoch()
     ))
+}
+
+/// The failure of an unmount whose last commit (or flush) failed: exit 6
+/// when the vault refused the commit (the exit code of the cause), naming
+/// the deletions still recoverable and how to finish them.
+fn unfinished(g: &Global, mountpoint: &Path, u: &oubli_fuse::Unfinished) -> Failure {
+    let code = u.cause().map_or(exit::MEDIUM_IO, exit::exit_code);
+    let mut message = format!("unmounted {}, but {u}", mountpoint.display());
+    if u.commit.is_some() && u.removed.is_empty() && u.pending_deletions > 0 {
+        message.push_str(
+            " (no name was removed through this mount: truncates, overwrites or earlier deletions)",
+        );
+    }
+    let hint = finish_hint(g.store_shown(), u.commit.is_some(), u.flush.is_some());
+    Failure::new(code, message, hint)
+}
+
+/// What to do after a mount or server ended with its last commit (or the
+/// flush after it) failed.
+pub fn finish_hint(store: &Path, commit_failed: bool, flush_failed: bool) -> String {
+    let store = store.display();
+    match (commit_failed, flush_failed) {
+        (true, false) => format!(
+            "flushed data is safe; make the vault reachable and writable, then run `oubli commit --store {store}` to erase them"
+        ),
+        (true, true) => format!(
+            "check the disk holding the store and the vault, then run `oubli commit --store {store}`: what reached the intent log is kept, and the deletions in it are erased"
+        ),
+        (false, _) => format!(
+            "check the disk holding the store, then mount it again (`oubli fsck --store {store}` lists damage)"
+        ),
+    }
 }
 
 /// How long a mount waits for the process that held the store before.
@@ -514,7 +618,9 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
     let mountpoint = session::absolute(&a.mountpoint);
     // The store named in the mount table, else --store.
     let g = &g.at_mount(Some(&mountpoint)).unwrap_or_else(|_| g.clone());
-    let was_served = matches!(oubli::control::request(&g.store, "status"), Ok(Some(_)));
+    // Asking for the unmount's outcome before unmounting tells the mount
+    // process that someone will collect it (a failed last commit).
+    let was_served = matches!(outcome(g), Ok(Some(_)));
     // SAFETY: FFI call without arguments that cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let unmounted = if root {
@@ -544,13 +650,26 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
             "a program may still use it (lsof, fuser -m); or it is not mounted",
         )
     })?;
+    let mut failed = None;
     if was_served {
         // The mount process commits after the kernel lets go, closes its
-        // control socket, and releases the store lock as it exits.
+        // control socket, and releases the store lock as it exits. If the
+        // commit failed, it answers with the failure first.
         let start = Instant::now();
-        while matches!(oubli::control::request(&g.store, "status"), Ok(Some(_)))
-            || g.lock(Access::Read).is_err()
-        {
+        loop {
+            let live = match outcome(g) {
+                Ok(Some(Ok(reply))) => {
+                    if let Some(json) = reply.strip_prefix("failed ") {
+                        failed = serde_json::from_str::<FinalFailure>(json).ok();
+                    }
+                    true
+                }
+                Ok(Some(Err(_))) | Err(_) => true,
+                Ok(None) => false,
+            };
+            if !live && g.lock(Access::Read).is_ok() {
+                break;
+            }
             if start.elapsed() > Duration::from_secs(a.wait) {
                 return Err(Failure::new(
                     exit::UNEXPECTED,
@@ -564,5 +683,13 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    if let Some(f) = failed {
+        return Err(Failure::new(f.code, f.message, f.hint));
+    }
     Ok(format!("unmounted {}\n", mountpoint.display()))
+}
+
+/// The mount process's answer to `unmount-outcome` (`None`: no process).
+fn outcome(g: &Global) -> std::io::Result<Option<Result<String, Refusal>>> {
+    oubli::control::request(&g.store, "unmount-outcome")
 }

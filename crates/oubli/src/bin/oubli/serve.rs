@@ -447,15 +447,48 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
         }
     }
     log("stopping: closing connections and committing");
-    server.shutdown().map_err(|e| g.fail(e))?;
-    if snapshot.is_some() {
-        store.commit().map_err(|e| g.fail(e))?;
+    let mut last = server.shutdown();
+    if snapshot.is_some() && last.is_ok() {
+        last = store.commit();
     }
     drop(control);
+    if let Err(e) = last {
+        return Err(unfinished(g, &store, e));
+    }
     Ok(format!(
         "stopped; epoch {} committed: everything trimmed or deleted before is unrecoverable\n",
         store.epoch()
     ))
+}
+
+/// The failure of a stop whose last commit failed: the exit code of the
+/// cause (6 when the vault refused it), the deletions still recoverable,
+/// and whether the writes reached the intent log at least.
+fn unfinished(g: &Global, store: &Store, commit: oubli::Error) -> Failure {
+    let flush = store.flush().err();
+    let pending = store
+        .status()
+        .map(|s| s.pending_deletions)
+        .unwrap_or_default();
+    let mut message = format!("stopped, but the last commit failed: {commit}");
+    if let Some(e) = &flush {
+        message.push_str(&format!(
+            "; writes since the last flush were not stored: {e}"
+        ));
+    }
+    if pending > 0 {
+        let what = "deletions (TRIMs, discards, overwrites)";
+        message.push_str(&match flush {
+            None => format!("; {pending} {what} are still recoverable"),
+            // Those in the intent log stay pending; the others were never stored.
+            Some(_) => format!(
+                "; {pending} {what} were not committed: those flushed before stay recoverable, the others are undone"
+            ),
+        });
+    }
+    let code = oubli::exit_code(flush.as_ref().unwrap_or(&commit));
+    let hint = crate::mount::finish_hint(g.store_shown(), true, flush.is_some());
+    Failure::new(code, message, hint)
 }
 
 /// The control socket's status: the store's, plus the served export's

@@ -179,9 +179,13 @@ struct FinalFailure {
     hint: String,
 }
 
-/// How long a mount process whose last commit failed stays, after `oubli
-/// umount` last asked, for it to collect the failure.
-const OUTCOME_LINGER: Duration = Duration::from_secs(2);
+/// An `oubli umount` that asked for the outcome this recently is taken to
+/// be waiting for it (its `--wait` is 60 s by default).
+const ASKED_RECENTLY: Duration = Duration::from_secs(120);
+/// How long a mount process whose last commit failed stays for such an
+/// `oubli umount` to collect the failure. It polls every 100 ms, but its
+/// request may queue behind another one on the control socket.
+const OUTCOME_LINGER: Duration = Duration::from_secs(10);
 
 impl MountFrontend {
     /// `unmount-outcome`: `running` while mounted or committing, then
@@ -212,9 +216,8 @@ impl MountFrontend {
             return;
         }
         let start = Instant::now();
-        while !self.collected.load(Ordering::SeqCst)
-            && start.elapsed() < Duration::from_secs(60)
-            && lock(&self.asked).is_some_and(|t| t.elapsed() < OUTCOME_LINGER)
+        let awaited = lock(&self.asked).is_some_and(|t| t.elapsed() < ASKED_RECENTLY);
+        while awaited && !self.collected.load(Ordering::SeqCst) && start.elapsed() < OUTCOME_LINGER
         {
             std::thread::sleep(Duration::from_millis(20));
         }

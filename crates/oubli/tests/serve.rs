@@ -818,3 +818,46 @@ fn metrics_file_is_not_written_through_a_planted_symlink() {
     names.sort();
     assert_eq!(names, ["oubli.prom", "oubli.prom.tmp"]);
 }
+
+/// Issue 40 item 4, the same fault as a password file's: a TLS private key
+/// other users can read draws a warning when `serve` loads it, as ssh
+/// gives for a private key; a 0600 key (what scripts/nbd-certs makes) none.
+#[test]
+fn serve_warns_about_a_tls_key_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !tool("certtool", "gnutls-bin") {
+        return;
+    }
+    let d = init();
+    let dir = d.path();
+    let certs = dir.join("certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
+    assert!(output(Command::new(script).arg(&certs)).status.success());
+    let server = certs.join("server");
+    let key = server.join("server-key.pem");
+    let args = [
+        "--export",
+        "disk",
+        "--size",
+        "1M",
+        "--tls-certificates",
+        server.to_str().unwrap(),
+    ];
+    let log_of_a_run = || {
+        let s = Serving::start(dir, &args);
+        let log = s.log();
+        let (ok, _) = s.stop();
+        assert!(ok, "{log}");
+        log
+    };
+    let log = log_of_a_run();
+    assert!(!log.contains("warning"), "{log}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let log = log_of_a_run();
+    let warning = format!(
+        "warning: TLS private key {} is open to other users (mode 640): run `chmod 600 {}`",
+        key.display(),
+        key.display()
+    );
+    assert!(log.contains(&warning), "{log}");
+}

@@ -80,8 +80,8 @@ fn from_file(path: &Path) -> Result<SecretBytes, Failure> {
     };
     let mut file = std::fs::File::open(path).map_err(unreadable)?;
     let meta = file.metadata().map_err(unreadable)?;
-    if let Some(warning) = crate::privacy::password_file_warning(path, &meta) {
-        eprintln!("{warning}");
+    if let Some(warning) = crate::privacy::secret_file_warning("password file", path, &meta) {
+        eprintln!("oubli: {warning}");
     }
     // Room for it all at once, as fs::read makes: a buffer that grew would
     // leave copies of the password behind in the memory it gave up.

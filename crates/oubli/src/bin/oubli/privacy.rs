@@ -1,4 +1,4 @@
-//! Files other local users can reach: the warnings for a store directory (from `init`, `status`, `fsck`) and a password file.
+//! Files other local users can reach: the warnings for a store directory (from `init`, `status`, `fsck`) and a secret file (a password file, `serve`'s TLS key).
 //!
 //! New stores are private from the moment they exist (directories 0700,
 //! files 0600). A store made before that, or opened up since, lets another
@@ -81,12 +81,13 @@ pub fn warn_about_store(dir: &Path) {
     }
 }
 
-/// The warning for a password file whose `meta` (of the file as opened)
-/// lets other users read or write it, as ssh gives for a private key.
-pub fn password_file_warning(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
+/// The warning for a secret file (`what`: "password file", "TLS private
+/// key") whose `meta` lets other users read or write it, as ssh gives for
+/// a private key; the caller adds its prefix.
+pub fn secret_file_warning(what: &str, path: &Path, meta: &std::fs::Metadata) -> Option<String> {
     (mode(meta) & OTHERS != 0).then(|| {
         format!(
-            "oubli: warning: password file {} is open to other users (mode {:o}): run `chmod 600 {}`",
+            "warning: {what} {} is open to other users (mode {:o}): run `chmod 600 {}`",
             path.display(),
             mode(meta),
             shell_word(path)

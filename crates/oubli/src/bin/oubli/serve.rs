@@ -156,8 +156,16 @@ fn mode_name(mode: TlsArg) -> &'static str {
     }
 }
 
-/// Loads the certificate directory; an unusable one is a usage error.
+/// Loads the certificate directory; an unusable one is a usage error, a
+/// private key other users can read a warning.
 fn load_credentials(dir: &Path) -> Result<TlsCredentials, Failure> {
+    let key = session::absolute(dir).join(oubli_nbd::tls::SERVER_KEY);
+    if let Some(warning) = std::fs::metadata(&key)
+        .ok()
+        .and_then(|meta| crate::privacy::secret_file_warning("TLS private key", &key, &meta))
+    {
+        log(&warning);
+    }
     TlsCredentials::load(&session::absolute(dir)).map_err(|e| {
         Failure::new(
             oubli::exit::USAGE,

@@ -89,6 +89,18 @@ impl Liveness {
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The memory the export's ext4 tracker may hold beyond its bitmaps
+    /// (its [`oubli_ext4::Budget`]; 0 without inference): `oubli serve`
+    /// takes it out of its cap on request data in memory.
+    pub fn tracker_budget(&self) -> u64 {
+        self.tracker().map_or(0, |t| t.budget().total())
+    }
+
+    /// The memory the export's ext4 tracker holds now (0 without inference).
+    pub fn tracker_memory(&self) -> u64 {
+        self.tracker().map_or(0, |t| t.memory_bytes())
+    }
+
     pub fn report(&self) -> LivenessReport {
         LivenessReport {
             export: self.export.clone(),

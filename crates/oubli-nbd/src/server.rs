@@ -63,8 +63,18 @@ pub struct ServerConfig {
     /// How long shutdown lets connections finish their current request
     /// before it cuts them off.
     pub shutdown_grace: Duration,
-    /// Connections beyond this number are closed at once.
+    /// Connections whose client is authenticated: a Unix socket's (only
+    /// whom its file mode lets in can connect), and a TCP connection once
+    /// its TLS session verified the client's certificate (or, without TLS,
+    /// once it entered transmission). Beyond this number they are closed
+    /// at once. Unauthenticated connections never count here.
     pub max_connections: usize,
+    /// TCP connections whose client has not authenticated yet (before its
+    /// TLS handshake ends, or before transmission without TLS). When a new
+    /// one arrives with this many held, the oldest is closed to make room,
+    /// so clients that hold handshakes open cannot keep a new client out,
+    /// nor take the slots of authenticated ones.
+    pub max_unauthenticated: usize,
     /// Requests of one connection carried out at the same time (1: strictly
     /// in order). Default 16, the queue depth of a busy client: each read
     /// a worker carries out holds it through its `pread`, so with fewer
@@ -82,7 +92,9 @@ pub struct ServerConfig {
     pub tls: Option<Tls>,
     /// A client that has not entered transmission this long after it
     /// connected (TLS handshake included) is disconnected, so that idle
-    /// connections cannot hold the server's connection slots.
+    /// connections cannot hold the server's connection slots. The deadline
+    /// is absolute: a client that sends a byte now and then is cut at it
+    /// all the same.
     pub handshake_timeout: Duration,
     /// Request data held in memory, over all connections: the payloads of
     /// writes and the replies of reads in flight. Readers wait while it is
@@ -125,6 +137,7 @@ impl Default for ServerConfig {
             commit_on_shutdown: true,
             shutdown_grace: Duration::from_secs(5),
             max_connections: 128,
+            max_unauthenticated: 16,
             workers_per_connection: 16,
             exports: None,
             tls: None,
@@ -324,6 +337,19 @@ pub struct Stats {
     pub tls_sessions: AtomicU64,
     /// Connections dropped for not finishing the handshake in time.
     pub handshake_timeouts: AtomicU64,
+    /// Unauthenticated connections closed to make room for a newer one
+    /// ([`ServerConfig::max_unauthenticated`]).
+    pub unauthenticated_closed: AtomicU64,
+}
+
+/// An open connection as the server keeps track of it.
+struct Conn {
+    /// A handle on its socket, to cut it off (deadline, shutdown, eviction).
+    stream: Stream,
+    /// When it is cut off if it has not entered transmission by then.
+    deadline: Option<Instant>,
+    /// A TCP connection whose client has not authenticated yet.
+    unauthenticated: bool,
 }
 
 struct Shared {
@@ -331,8 +357,12 @@ struct Shared {
     config: ServerConfig,
     handshake: HandshakeConfig,
     stopping: AtomicBool,
-    /// The open connections (a handle on each socket, to close it at shutdown).
-    conns: Mutex<HashMap<u64, Stream>>,
+    /// The open connections (a handle on each socket, to close it at
+    /// shutdown or at its handshake deadline).
+    conns: Mutex<HashMap<u64, Conn>>,
+    /// Wakes the thread that enforces the handshake deadlines (a new
+    /// connection, or shutdown); waits on `conns`.
+    deadlines: Condvar,
     /// Every connection thread not yet joined (finished ones are pruned as new ones start).
     threads: Mutex<Vec<JoinHandle<()>>>,
     ended: Condvar,
@@ -352,8 +382,34 @@ impl Shared {
     fn log(&self, line: &str) {
         (self.config.log)(line)
     }
-    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Conn>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Authenticated connections now.
+    fn authenticated(conns: &HashMap<u64, Conn>) -> usize {
+        conns.values().filter(|c| !c.unauthenticated).count()
+    }
+    /// Connection `id`'s client authenticated (its certificate verified,
+    /// or it entered transmission without TLS): from now on it holds one
+    /// of the `max_connections` slots. `false` if none is free (or the
+    /// connection was closed meanwhile): the caller closes it.
+    fn admit(&self, id: u64) -> bool {
+        let mut conns = self.conns();
+        let held = Self::authenticated(&conns);
+        match conns.get_mut(&id) {
+            Some(c) if !c.unauthenticated => true,
+            Some(c) if held < self.config.max_connections => {
+                c.unauthenticated = false;
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Connection `id` entered transmission: no handshake deadline any more.
+    fn in_transmission(&self, id: u64) {
+        if let Some(c) = self.conns().get_mut(&id) {
+            c.deadline = None;
+        }
     }
     /// Holds `n` bytes of request data (a write's payload, a read's reply)
     /// from the connection's budget and the server's (waiting while either
@@ -402,6 +458,8 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     listeners: Vec<Arc<Listener>>,
     acceptors: Vec<JoinHandle<()>>,
+    /// The thread that cuts off connections at their handshake deadline.
+    reaper: Option<JoinHandle<()>>,
     /// The write-behind thread, if writes are queued.
     applier: Option<JoinHandle<()>>,
     addrs: Vec<Endpoint>,
@@ -452,6 +510,7 @@ pub fn serve(
         handshake,
         stopping: AtomicBool::new(false),
         conns: Mutex::new(HashMap::new()),
+        deadlines: Condvar::new(),
         threads: Mutex::new(Vec::new()),
         ended: Condvar::new(),
         next_id: AtomicU64::new(1),
@@ -474,6 +533,12 @@ pub fn serve(
         }
         None => None,
     };
+    let reaper = {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("nbd-deadlines".into())
+            .spawn(move || enforce_deadlines(&s))?
+    };
     let mut acceptors = Vec::new();
     for (l, addr) in listeners.iter().zip(&addrs) {
         let (l, s) = (l.clone(), shared.clone());
@@ -493,6 +558,7 @@ pub fn serve(
         shared,
         listeners,
         acceptors,
+        reaper: Some(reaper),
         applier,
         addrs,
         down: false,
@@ -606,6 +672,74 @@ fn bind(ep: &Endpoint) -> io::Result<Listener> {
     }
 }
 
+/// Before a new unauthenticated connection `id` is added: if
+/// `max_unauthenticated` are held, closes the oldest of them. Evicting the
+/// oldest rather than refusing the newest means that however many
+/// connections a client holds open in their handshake, a new client gets
+/// in and has the time of `max_unauthenticated` further arrivals to
+/// authenticate (a TLS handshake takes milliseconds).
+fn make_room(shared: &Shared, conns: &mut HashMap<u64, Conn>, id: u64, peer: &str) {
+    let limit = shared.config.max_unauthenticated.max(1);
+    let pending = conns.values().filter(|c| c.unauthenticated).count();
+    if pending < limit {
+        return;
+    }
+    let oldest = conns
+        .iter()
+        .filter(|(_, c)| c.unauthenticated)
+        .map(|(&old, _)| old)
+        .min();
+    if let Some(old) = oldest.and_then(|old| conns.remove(&old).map(|c| (old, c))) {
+        old.1.stream.shutdown(Shutdown::Both);
+        shared
+            .stats
+            .unauthenticated_closed
+            .fetch_add(1, Ordering::Relaxed);
+        shared.log(&format!(
+            "connection {} closed: {pending} connections have not authenticated yet; \
+             connection {id} from {peer} takes its place",
+            old.0
+        ));
+    }
+}
+
+/// Cuts off every connection whose handshake deadline has passed, however
+/// its reads and writes are going: a socket timeout alone restarts with
+/// each read that returns something, so a client that trickles a byte now
+/// and then would never meet it. Runs until the server stops.
+fn enforce_deadlines(shared: &Shared) {
+    let mut conns = shared.conns();
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for c in conns.values_mut() {
+            match c.deadline {
+                Some(d) if d <= now => {
+                    // The connection's thread sees its socket fail and
+                    // reports the timeout (its own clock says it is late).
+                    c.stream.shutdown(Shutdown::Both);
+                    c.deadline = None;
+                }
+                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                None => {}
+            }
+        }
+        conns = match next {
+            Some(d) => {
+                shared
+                    .deadlines
+                    .wait_timeout(conns, d.saturating_duration_since(now))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => shared
+                .deadlines
+                .wait(conns)
+                .unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
 fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
     loop {
         let accepted = listener.accept();
@@ -623,24 +757,40 @@ fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         };
         let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
         let mut conns = shared.conns();
-        if conns.len() >= shared.config.max_connections {
-            shared.log(&format!(
-                "connection {id} from {peer} refused: {} connections already",
-                conns.len()
-            ));
-            continue;
+        // A Unix socket's client is authenticated by the socket's file
+        // mode; a TCP client is not until its TLS handshake ends.
+        let unauthenticated = matches!(stream, Stream::Tcp(_));
+        if unauthenticated {
+            make_room(shared, &mut conns, id, &peer);
+        } else {
+            let held = Shared::authenticated(&conns);
+            if held >= shared.config.max_connections {
+                shared.log(&format!(
+                    "connection {id} from {peer} refused: {held} connections already"
+                ));
+                continue;
+            }
         }
         let Ok(handle) = stream.try_clone() else {
             continue;
         };
-        conns.insert(id, handle);
+        let deadline = Instant::now() + shared.config.handshake_timeout;
+        conns.insert(
+            id,
+            Conn {
+                stream: handle,
+                deadline: Some(deadline),
+                unauthenticated,
+            },
+        );
+        shared.deadlines.notify_all();
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         let s = shared.clone();
         let tls = listener.tls_mode(shared.config.tls.as_ref());
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                connection(&s, id, stream, &peer, tls);
+                connection(&s, id, stream, &peer, tls, deadline);
                 s.conns().remove(&id);
                 s.ended.notify_all();
             });
@@ -709,9 +859,17 @@ impl ServerHandle {
                 let _ = t.join();
             } // else: the acceptor stays blocked; it refuses whatever it accepts later.
         }
+        // The deadline thread stops too (it waits on the connections' lock).
+        {
+            let _conns = shared.conns();
+            shared.deadlines.notify_all();
+        }
+        if let Some(t) = self.reaper.take() {
+            let _ = t.join();
+        }
         // Half-close: a connection sees end-of-input after its current request.
         for c in shared.conns().values() {
-            c.shutdown(Shutdown::Read);
+            c.stream.shutdown(Shutdown::Read);
         }
         let deadline = Instant::now() + shared.config.shutdown_grace;
         let mut conns = shared.conns();
@@ -720,7 +878,7 @@ impl ServerHandle {
             if now >= deadline {
                 // Clients that do not read their replies: cut them off.
                 for c in conns.values() {
-                    c.shutdown(Shutdown::Both);
+                    c.stream.shutdown(Shutdown::Both);
                 }
                 break;
             }
@@ -827,7 +985,14 @@ impl Catalog for StoreCatalog<'_> {
 }
 
 /// One connection, from greeting to close.
-fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str, tls: TlsMode) {
+fn connection(
+    shared: &Shared,
+    id: u64,
+    stream: Stream,
+    peer: &str,
+    tls: TlsMode,
+    deadline: Instant,
+) {
     let (Ok(write_half), Ok(raw)) = (stream.try_clone(), stream.try_clone()) else {
         return;
     };
@@ -835,7 +1000,7 @@ fn connection(shared: &Shared, id: u64, stream: Stream, peer: &str, tls: TlsMode
         input: Input::Plain(stream),
         output: BufWriter::with_capacity(64 * 1024, Output::Plain(write_half)),
     };
-    match handshake(shared, id, &raw, &mut wire, tls) {
+    match handshake(shared, id, &raw, &mut wire, tls, deadline) {
         Ok(Some((neg, leftover))) => {
             shared.log(&format!(
                 "connection {id} ({peer}): export {:?} ({} bytes){}",
@@ -876,27 +1041,46 @@ struct Wire {
 }
 
 /// Runs the handshake; returns the negotiation and the bytes read past it.
-/// The whole handshake, TLS included, must end within the configured
-/// timeout (`raw` is the socket, on which the timeouts are set).
+/// The whole handshake, TLS included, must end by `deadline` (the
+/// connection's, which [`enforce_deadlines`] holds it to whatever its reads
+/// and writes do); `raw` is the socket, on which the timeouts are set.
 fn handshake(
     shared: &Shared,
     id: u64,
     raw: &Stream,
     wire: &mut Wire,
     tls: TlsMode,
+    deadline: Instant,
 ) -> io::Result<Option<(Negotiated, Vec<u8>)>> {
-    let limit = shared.config.handshake_timeout;
-    let deadline = Instant::now() + limit;
-    let timed_out = || {
+    handshake_until(shared, id, raw, wire, tls, deadline).map_err(|e| {
+        // Cut off at the deadline: the socket's error says only that it failed.
+        let late = matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) || Instant::now() >= deadline;
+        if !late {
+            return e;
+        }
         shared
             .stats
             .handshake_timeouts
             .fetch_add(1, Ordering::Relaxed);
         io::Error::new(
             io::ErrorKind::TimedOut,
-            format!("no handshake within {limit:?}"),
+            format!("no handshake within {:?}", shared.config.handshake_timeout),
         )
-    };
+    })
+}
+
+fn handshake_until(
+    shared: &Shared,
+    id: u64,
+    raw: &Stream,
+    wire: &mut Wire,
+    tls: TlsMode,
+    deadline: Instant,
+) -> io::Result<Option<(Negotiated, Vec<u8>)>> {
+    let timed_out = || io::Error::from(io::ErrorKind::TimedOut);
     // Every blocking step gets what is left of the time.
     let arm = || -> io::Result<()> {
         match deadline.checked_duration_since(Instant::now()) {
@@ -943,6 +1127,15 @@ fn handshake(
                             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
                             _ => io::Error::new(e.kind(), format!("TLS handshake failed: {e}")),
                         })?;
+                if !shared.admit(id) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        format!(
+                            "refused after TLS: {} authenticated connections already",
+                            shared.config.max_connections
+                        ),
+                    ));
+                }
                 shared.stats.tls_sessions.fetch_add(1, Ordering::Relaxed);
                 shared.log(&format!(
                     "connection {id}: TLS ({}), client certificate verified",
@@ -954,6 +1147,18 @@ fn handshake(
                 continue;
             }
             Progress::Transmission(neg) => {
+                // A plain TCP client counts as authenticated from here (the
+                // server let it in without TLS).
+                if !shared.admit(id) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        format!(
+                            "refused: {} authenticated connections already",
+                            shared.config.max_connections
+                        ),
+                    ));
+                }
+                shared.in_transmission(id);
                 // A client may be idle for as long as it likes between
                 // requests, but must take its replies (`reply_timeout`).
                 raw.set_timeouts(None, shared.config.reply_timeout)?;
@@ -1160,8 +1365,8 @@ fn transmission(
             // The reader may be waiting for the client's next request: end
             // its wait too, so that the connection (and what it holds of
             // the server's budget) goes at once.
-            if let Some(socket) = shared.conns().get(&id) {
-                socket.shutdown(Shutdown::Both);
+            if let Some(c) = shared.conns().get(&id) {
+                c.stream.shutdown(Shutdown::Both);
             }
             *broken = Some(e);
         }

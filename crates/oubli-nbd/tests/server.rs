@@ -825,3 +825,22 @@ fn power_cut(
     let e = lookup_export(&store, "disk").unwrap().unwrap();
     (store, e)
 }
+
+/// Issue 40 item 4: an export served with ext4 inference reports the
+/// tracker's memory budget, which `oubli serve` takes out of its cap on
+/// request data; without inference it is 0. A blank export's tracker
+/// holds nothing yet.
+#[test]
+fn the_ext4_trackers_budget_is_reported_for_the_memory_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    let e = create_export(&store, "disk", 64 * MIB).unwrap();
+    let inferred = oubli_nbd::Liveness::ext4(&store, "disk", e.oid).unwrap();
+    assert_eq!(
+        inferred.tracker_budget(),
+        oubli_ext4::Budget::default().total()
+    );
+    assert_eq!(inferred.tracker_memory(), 0);
+    let plain = oubli_nbd::Liveness::plain("disk", e.oid);
+    assert_eq!((plain.tracker_budget(), plain.tracker_memory()), (0, 0));
+}

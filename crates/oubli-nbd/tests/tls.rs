@@ -280,3 +280,92 @@ fn a_client_that_stalls_in_the_tls_handshake_is_dropped() {
     assert_eq!(timeouts.load(std::sync::atomic::Ordering::Relaxed), 1);
     server.shutdown().unwrap();
 }
+
+/// Issue 40 item 2: the handshake deadline is absolute. A client that
+/// sends a byte every 300 ms — inside its TLS handshake, or in the plain
+/// option haggling before it — is cut at the 1 s deadline although each
+/// of its reads makes progress (a socket timeout restarted by every read
+/// never fired: a ClientHello trickled a byte every 4 s outlived a 10 s
+/// limit).
+#[test]
+fn a_client_that_trickles_is_cut_at_the_handshake_deadline() {
+    use oubli_nbd::proto::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let Some(certs) = make_certs(dir) else {
+        return;
+    };
+    let (server, log) = start_with(
+        dir,
+        &certs,
+        TlsMode::Require,
+        TlsMode::Require,
+        ServerConfig {
+            handshake_timeout: Duration::from_secs(1),
+            ..ServerConfig::default()
+        },
+    );
+    let socket = dir.join("nbd.sock");
+    // Sends `bytes` one every 300 ms; returns how many went out before the
+    // server closed the connection (all of them: it never did).
+    let trickle = |mut s: UnixStream, bytes: Vec<u8>| {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        for (sent, b) in bytes.iter().enumerate() {
+            let mut buf = [0u8; 256];
+            match s.read(&mut buf) {
+                Ok(0) => return sent,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return sent,
+            }
+            if s.write_all(&[*b]).is_err() {
+                return sent;
+            }
+        }
+        bytes.len()
+    };
+    // Forty bytes take 12 s: a connection still open by then was not cut.
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    hello.resize(40, 0);
+    let in_tls = {
+        let mut s = RawClient::greet(&socket);
+        s.write_all(&3u32.to_be_bytes()).unwrap();
+        RawClient::send_option(&mut s, OPT_STARTTLS, &[]);
+        assert_eq!(RawClient::option_reply(&mut s).1, REP_ACK);
+        std::thread::spawn(move || trickle(s, hello))
+    };
+    let mut haggling = 3u32.to_be_bytes().to_vec();
+    haggling.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    haggling.extend_from_slice(&OPT_GO.to_be_bytes());
+    haggling.extend_from_slice(&28u32.to_be_bytes());
+    haggling.resize(40, 0);
+    let plain = {
+        let s = RawClient::greet(&socket);
+        std::thread::spawn(move || trickle(s, haggling))
+    };
+    let (in_tls, plain) = (in_tls.join().unwrap(), plain.join().unwrap());
+    assert!(
+        in_tls < 40,
+        "a trickled ClientHello held its connection past 12 s: {:?}",
+        log.lines()
+    );
+    assert!(
+        plain < 40,
+        "trickled options held their connection past 12 s: {:?}",
+        log.lines()
+    );
+    let timeouts = &server.stats().handshake_timeouts;
+    assert_eq!(
+        timeouts.load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "{:?}",
+        log.lines()
+    );
+    server.shutdown().unwrap();
+}

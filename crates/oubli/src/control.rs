@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// File name of the socket inside a store directory.
 pub const SOCKET_NAME: &str = "control.sock";
@@ -176,10 +176,7 @@ fn serve(
     frontend: Option<&dyn Frontend>,
 ) -> io::Result<()> {
     conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut line = String::new();
-    reader.by_ref().take(4096).read_line(&mut line)?;
+    let line = read_request(&conn, Instant::now() + CLIENT_TIME)?;
     let line = line.trim();
     let reply = match frontend {
         None => answer(store, status, line),
@@ -193,9 +190,58 @@ fn serve(
             }
         },
     };
-    let mut conn = conn;
-    conn.write_all(reply.replace('\n', " ").as_bytes())?;
-    conn.write_all(b"\n")
+    let reply = format!("{}\n", reply.replace('\n', " "));
+    write_by(&conn, reply.as_bytes(), Instant::now() + CLIENT_TIME)
+}
+
+/// How long a client of the control socket has to send its request, and
+/// then to take the reply, however it trickles the bytes: a socket timeout
+/// alone restarts with each read that returns something, and the socket
+/// serves one client at a time, so a client sending a byte every few
+/// seconds held it (and every `oubli status`, `purge`...) for ever.
+const CLIENT_TIME: Duration = Duration::from_secs(10);
+
+/// The time left until `deadline`, or a timeout error.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))
+}
+
+/// Reads one request line (at most 4096 bytes) by `deadline`.
+fn read_request(mut conn: &UnixStream, deadline: Instant) -> io::Result<String> {
+    const MAX: usize = 4096;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 512];
+    while line.len() < MAX && !line.contains(&b'\n') {
+        conn.set_read_timeout(Some(left(deadline)?))?;
+        let room = (MAX - line.len()).min(buf.len());
+        match conn.read(&mut buf[..room]) {
+            Ok(0) => break,
+            Ok(n) => line.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+        line.truncate(end);
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+/// Writes `bytes` by `deadline`.
+fn write_by(mut conn: &UnixStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        conn.set_write_timeout(Some(left(deadline)?))?;
+        match conn.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The reply to one of the requests every front-end answers.

@@ -750,6 +750,168 @@ fn serve_takes_its_socket_from_systemd() {
     assert!(sock.exists(), "the service manager's socket was removed");
 }
 
+/// Issue 40 item 2: 200 TCP connections that trickle a byte every two
+/// seconds — some inside the TLS handshake (a ClientHello that never
+/// completes), some in the plain NBD option haggling — keep neither a
+/// client with a certificate nor a Unix-socket client out: each connects
+/// and reads the export within 2 s. Every trickler is cut at the handshake
+/// deadline (10 s) although each of its reads makes progress, and so is
+/// one that trickles a request to the control socket (which serves one
+/// client at a time): `oubli status` answers afterwards.
+#[test]
+fn trickling_handshakes_keep_no_client_out() {
+    use std::net::TcpStream;
+    trait Wire: Read + Write + Send {}
+    impl<T: Read + Write + Send> Wire for T {}
+    if !tool("nbdcopy", "libnbd-bin") || !tool("certtool", "gnutls-bin") {
+        return;
+    }
+    let d = init();
+    let dir = d.path();
+    let certs = dir.join("certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
+    assert!(output(Command::new(script).arg(&certs)).status.success());
+    let server_certs = certs.join("server").display().to_string();
+    let client_certs = certs.join("client").display().to_string();
+    let s = Serving::start(
+        dir,
+        &[
+            "--export",
+            "disk",
+            "--size",
+            "1M",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-certificates",
+            &server_certs,
+        ],
+    );
+    let port = tcp_port(&s);
+
+    // NBD client flags (fixed newstyle, no zeroes) and an option header.
+    let option = |opt: u32| {
+        let mut v = 3u32.to_be_bytes().to_vec();
+        v.extend_from_slice(b"IHAVEOPT");
+        v.extend_from_slice(&opt.to_be_bytes());
+        v.extend_from_slice(&0u32.to_be_bytes());
+        v
+    };
+    // A TLS record header announcing 512 bytes, then a ClientHello's start:
+    // nothing the server can act on before the record is whole.
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    hello.resize(64, 0);
+    // One trickler in four haggles in plain NBD (GO, one byte at a time);
+    // the others start TLS and trickle the ClientHello.
+    let mut tricklers: Vec<(Option<Box<dyn Wire>>, Vec<u8>)> = Vec::new();
+    for i in 0..200 {
+        let setup = || -> std::io::Result<(TcpStream, Vec<u8>)> {
+            let mut c = TcpStream::connect(("127.0.0.1", port))?;
+            c.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let mut greeting = [0u8; 18];
+            c.read_exact(&mut greeting)?;
+            if i % 4 == 0 {
+                return Ok((c, option(7)));
+            }
+            c.write_all(&option(5))?; // NBD_OPT_STARTTLS
+            let mut ack = [0u8; 20];
+            c.read_exact(&mut ack)?;
+            Ok((c, hello.clone()))
+        };
+        // A connection the server refused or closed at once counts as closed.
+        match setup() {
+            Ok((c, bytes)) => {
+                c.set_nonblocking(true).unwrap();
+                tricklers.push((Some(Box::new(c)), bytes));
+            }
+            Err(_) => tricklers.push((None, Vec::new())),
+        }
+    }
+    // A request to the control socket that never ends its line.
+    let control = std::os::unix::net::UnixStream::connect(dir.join("store/control.sock")).unwrap();
+    control.set_nonblocking(true).unwrap();
+    tricklers.push((Some(Box::new(control)), b"status".repeat(10)));
+    // One byte every two seconds on each, for at most 40 s; a connection
+    // the server closed is noticed by a read that returns end of input.
+    let trickle = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut sent = 0usize;
+        let mut round = 0usize;
+        loop {
+            let mut open = 0;
+            for (conn, bytes) in tricklers.iter_mut() {
+                let Some(c) = conn else { continue };
+                let mut buf = [0u8; 4096];
+                let closed = match c.read(&mut buf) {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                };
+                let byte = bytes.get(round).copied().unwrap_or(0);
+                if closed || c.write_all(&[byte]).is_err() {
+                    *conn = None;
+                    continue;
+                }
+                sent += 1;
+                open += 1;
+            }
+            if open == 0 || start.elapsed() > Duration::from_secs(40) {
+                return (open, sent, start.elapsed());
+            }
+            round += 1;
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    });
+
+    // Connects and reads the whole export within 2 s, or fails.
+    let read_within_2s = |uri: &str| {
+        let mut child = Command::new("nbdcopy")
+            .args(["--no-extents", "-C", "1", uri, "null:"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let finished = child.try_wait().unwrap();
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        eprintln!("{uri}: {:?}", start.elapsed());
+        (finished.is_some_and(|st| st.success()), err)
+    };
+    let (tls_ok, tls_err) = read_within_2s(&format!(
+        "nbds://localhost:{port}/disk?tls-certificates={client_certs}"
+    ));
+    let (unix_ok, unix_err) = read_within_2s(&uri(dir));
+    let (open, sent, took) = trickle.join().unwrap();
+    let log = s.log();
+    assert!(
+        tls_ok,
+        "the client with a certificate did not read within 2 s: {tls_err}\n{log}"
+    );
+    assert!(
+        unix_ok,
+        "the Unix-socket client did not read within 2 s: {unix_err}\n{log}"
+    );
+    assert_eq!(
+        open, 0,
+        "{open} trickling connections still open after {took:?} ({sent} bytes sent)"
+    );
+    // The control socket serves again.
+    let o = output(oubli(dir).args(["status", "--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cut = log.matches("no handshake within").count();
+    let evicted = log.matches("have not authenticated yet").count();
+    eprintln!("tricklers: {sent} bytes sent, {cut} cut at the deadline, {evicted} closed to make room, all closed after {took:?}");
+    assert!(cut > 0, "{log}");
+    assert!(s.stop().0);
+}
+
 /// Issue 40 item 4: `--metrics-file PATH` writes its new content beside
 /// PATH under a fresh name, created exclusively and never through a
 /// symlink, then renames it into place. A symlink planted at `PATH.tmp`

@@ -374,6 +374,12 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
             exports: Some(vec![export.name.clone()]),
             tls,
             log: Arc::new(log),
+            // The ext4 tracker's journal and written ranges are held
+            // within the same cap as request data (DESIGN.md, "Memory is
+            // bounded"): 256 MiB in all.
+            max_inflight_bytes: ServerConfig::default()
+                .max_inflight_bytes
+                .saturating_sub(liveness.tracker_budget()),
             liveness: vec![liveness.clone()],
             write_behind: Some(behind.clone()),
             ..ServerConfig::default()

@@ -50,10 +50,6 @@ pub struct StatusReport {
     /// Why the vault could not destroy them (retried at every commit and open).
     #[serde(default)]
     pub vault_leftover_error: Option<String>,
-    /// Share vaults that still hold an older record they could not destroy
-    /// (a `share destroy` cut short leaves the share's key there).
-    #[serde(default)]
-    pub share_leftovers: Vec<ShareLeftoverReport>,
     /// Snapshots the store keeps: what they hold is not erased by `rm`.
     #[serde(default)]
     pub snapshots: usize,
@@ -174,15 +170,6 @@ pub struct VaultReport {
     pub overwrite_is_erasure: bool,
 }
 
-/// A share vault that still holds an older record ([`oubli_core::ShareLeftover`]).
-#[derive(Serialize, Deserialize)]
-pub struct ShareLeftoverReport {
-    pub share: String,
-    pub vault: String,
-    /// Why the vault could not destroy it.
-    pub why: String,
-}
-
 #[derive(Serialize, Deserialize)]
 pub struct PolicyReport {
     /// "manual" (commits only when asked) or "automatic".
@@ -234,15 +221,6 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         last_commit_error: s.last_commit_error,
         vault_leftover_epochs: s.vault_leftover_epochs,
         vault_leftover_error: s.vault_leftover_error,
-        share_leftovers: s
-            .share_leftovers
-            .into_iter()
-            .map(|l| ShareLeftoverReport {
-                share: l.name,
-                vault: l.vault,
-                why: l.why,
-            })
-            .collect(),
         snapshots: s.snapshots,
         cleaner: s.cleaner.map(|c| CleanerReport {
             victims: c.victims,

@@ -38,9 +38,6 @@ pub struct Status {
     pub vault_leftover_epochs: Vec<u64>,
     /// Why the vault could not destroy them.
     pub vault_leftover_error: Option<String>,
-    /// Share vaults this process found holding an older record they could
-    /// not destroy ([`Store::share_leftovers`] opens them all to look).
-    pub share_leftovers: Vec<ShareLeftover>,
     /// Snapshots kept: deletions in the live store do not erase what they hold.
     pub snapshots: usize,
     pub medium: String,
@@ -287,7 +284,6 @@ impl Engine {
                 .map(|l| l.epochs.clone())
                 .unwrap_or_default(),
             vault_leftover_error: self.vault_leftover.as_ref().map(|l| l.why.clone()),
-            share_leftovers: self.known_share_leftovers(),
             snapshots: self.snapshots.len(),
             medium: medium.describe(),
             cleaner: self.cleaning.as_ref().map(|run| run.progress()),

@@ -24,9 +24,9 @@ mod write;
 
 pub use check::{CleanerProgress, FsckReport, Overhead, Status};
 pub use clean::GcReport;
-use commit::{UnknownRotation, PENDING_OPS_MAX};
+use commit::UnknownRotation;
 pub use consolidate::ConsolidateReport;
-pub use share::{ShareInfo, ShareLeftover, ShareOpener, SHARE_DESTROYED};
+pub use share::{ShareInfo, ShareOpener, SHARE_DESTROYED};
 pub(crate) use snapshot::read_catalog;
 use snapshot::Snapshot;
 pub use snapshot::{SnapshotInfo, SnapshotUsage};
@@ -158,10 +158,6 @@ pub struct Options {
     /// stores take both paths, and the cells sealed at once are the ones a
     /// later overwrite may rewrite in place (`rewrite.rs`).
     pub small_writes_buffered: usize,
-    /// Changes queued for the intent log past which a change flushes by
-    /// itself (default 2^17), bounding their memory. The front-end tests
-    /// lower it to make a large `put` flush part-way with a small input.
-    pub pending_ops_max: usize,
 }
 
 /// When the store runs the cleaner by itself: a run starts right after a
@@ -231,7 +227,6 @@ impl Default for Options {
             background_commits: false,
             tally: TallyCadence::default(),
             small_writes_buffered: SMALL_WRITES_BUFFERED,
-            pending_ops_max: PENDING_OPS_MAX,
         }
     }
 }
@@ -439,9 +434,6 @@ struct Engine {
     share_keys: RefCell<HashMap<u32, SecretKey>>,
     /// How to open a share's vault (supplied by the front-end).
     share_opener: Option<Arc<ShareOpener>>,
-    /// Share vaults seen holding an older record they could not destroy
-    /// (share id → why), until an open of the vault erases it.
-    share_leftovers: RefCell<BTreeMap<u32, String>>,
     /// Changes whenever a snapshot view made earlier may show too much or
     /// point at moved units: a snapshot taken, removed or redacted, a share
     /// created or destroyed, the cleaner run, a commit (see
@@ -484,8 +476,6 @@ struct Engine {
     units_rewritten: u64,
     /// [`Options::small_writes_buffered`].
     small_writes_buffered: usize,
-    /// [`Options::pending_ops_max`].
-    pending_ops_max: usize,
     /// The medium's room, against which writes are admitted (`space.rs`).
     space: space::SpaceGauge,
 }

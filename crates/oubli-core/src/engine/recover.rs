@@ -182,7 +182,6 @@ impl Store {
         engine.log = body.log_place(header_version);
         engine.tally_cadence = options.tally;
         engine.small_writes_buffered = options.small_writes_buffered;
-        engine.pending_ops_max = options.pending_ops_max;
         engine.live_bytes = body.live_bytes;
         engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
@@ -309,7 +308,6 @@ impl Engine {
             shares: BTreeMap::new(),
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,
-            share_leftovers: RefCell::default(),
             snapshot_generation: 0,
             committing: false,
             flushing: false,
@@ -325,7 +323,6 @@ impl Engine {
             rewrites: Arc::new(AtomicU64::new(0)),
             units_rewritten: 0,
             small_writes_buffered: SMALL_WRITES_BUFFERED,
-            pending_ops_max: PENDING_OPS_MAX,
             space: Default::default(),
         }
     }

@@ -205,12 +205,6 @@ fn render_status_base(r: &StatusReport) -> String {
             ui::erasure_incomplete(&r.vault_leftover_epochs, r.vault_leftover_error.as_deref())
         );
     }
-    for l in &r.share_leftovers {
-        pending = format!(
-            "{}; {pending}",
-            ui::share_leftover(&l.share, &l.vault, &l.why)
-        );
-    }
     let writes = r.vault.writes.map_or("unknown".into(), |w| w.to_string());
     let endurance = r
         .vault
@@ -382,8 +376,7 @@ pub fn gc(
     let session = g.open(Access::Write)?;
     // Objects nothing reaches (a command that died half-way) hold data no
     // command can delete: gone now, erased by the cleaner's commit.
-    let orphans = session.orphans_collected
-        + oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
+    let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
     let mut out = String::new();
     if consolidate_keys {
         let spinner = ui::spinner("re-keying");
@@ -419,8 +412,10 @@ pub fn gc(
         ui::size(report.bytes_moved),
         session.store.epoch()
     );
-    // Under the store's lock (the session holds it): no other writer
-    // deletes meanwhile, so no object it deletes comes back.
+    // After the session (and its lock) is gone, so that the lock's own
+    // release is purged too. No lock is needed: only noncurrent versions
+    // go, and the store only ever reads current ones.
+    drop(session);
     if let (true, Some(at)) = (purge_versions, &g.remote) {
         let purged = purge_old_versions(at).map_err(|e| {
             g.fail(Error::Io {
@@ -432,21 +427,16 @@ pub fn gc(
             "gc: {purged} old version(s) and delete marker(s) removed from the bucket\n"
         ));
     }
-    drop(session);
     Ok(out)
 }
 
 /// Deletes every version of the store's objects that is not the current
-/// one (older versions, delete markers that are no longer current) from a
-/// versioned bucket. A current delete marker stays: deleting it would make
-/// the version under it current again, bringing a deleted object back to
-/// any listing made before that version is purged (or for good, should
-/// the purge stop there).
+/// one (older versions, delete markers) from a versioned bucket.
 fn purge_old_versions(at: &oubli_s3::S3Location) -> std::io::Result<usize> {
     let admin = oubli_s3::Admin::new(&oubli_s3::S3Config::from_env()?)?;
     let versions = admin.versions(&at.bucket, &at.prefix)?;
     let mut purged = 0;
-    for v in versions.iter().filter(|v| !v.is_latest) {
+    for v in versions.iter().filter(|v| v.delete_marker || !v.is_latest) {
         admin.delete_version(&at.bucket, &v.key, &v.version_id)?;
         purged += 1;
     }

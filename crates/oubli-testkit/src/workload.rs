@@ -217,7 +217,7 @@ impl Runner {
                 .iter()
                 .find(|(address, _)| *address == share.vault)
                 .ok_or_else(|| format!("no vault at {}", share.vault))?;
-            vault.load().map_err(|e| e.to_string())
+            Ok(Box::new(vault.clone()) as Box<dyn Vault>)
         })
     }
 

@@ -5,7 +5,7 @@ use oubli_media::{MemMedium, RecordingMedium};
 use oubli_testkit::gate::GateProvider;
 use oubli_testkit::marker::{self, Marker};
 use oubli_testkit::{harness, Adversary};
-use oubli_vault::MemoryVault;
+use oubli_vault::{FlakyVault, MemoryVault};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -26,7 +26,7 @@ fn opener(vaults: Reachable) -> Arc<oubli_core::ShareOpener> {
             .iter()
             .find(|(address, _)| *address == share.vault)
             .ok_or_else(|| format!("no vault at {}", share.vault))?;
-        v.load().map_err(|e| e.to_string())
+        Ok(Box::new(v.clone()) as Box<dyn Vault>)
     })
 }
 
@@ -339,5 +339,94 @@ fn a_share_placed_while_a_large_write_seals_covers_all_its_cells_with(scheme: u8
         recovered.is_disjoint(&markers(&secret)),
         "{}: cells of the destroyed share's object opened",
         harness::scheme_name(scheme)
+    );
+}
+
+/// Issue 39, item 3: a share destruction cut between the share vault's two
+/// steps (the random key in, the old record not yet erased, the store not
+/// told). The retry finishes it; until the old record is erased the share
+/// is reported (`share_leftovers`, `status`); a later process's open of the
+/// share vault erases it; and once it is gone, an adversary holding the
+/// vault's whole content and every main key opens nothing under the share.
+#[test]
+fn a_share_destruction_cut_between_its_vault_steps_is_finished_and_reported() {
+    for scheme in harness::SCHEMES {
+        a_share_destruction_cut_between_its_vault_steps_is_finished_and_reported_with(scheme);
+    }
+}
+
+fn a_share_destruction_cut_between_its_vault_steps_is_finished_and_reported_with(scheme: u8) {
+    let name = harness::scheme_name(scheme);
+    let options = harness::options(49);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
+    let share_vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
+    let sv = share_vault.clone();
+    store
+        .share_create("tenant", "mem:tenant", move |record: &VaultRecord| {
+            sv.store(record)?;
+            Ok(sv)
+        })
+        .unwrap();
+    let secret = marker::data(1, 100_000);
+    let oid = store.create_object(b"").unwrap();
+    store.set_share(oid, "tenant").unwrap();
+    store.write(oid, 0, &secret).unwrap();
+    store.commit().unwrap();
+
+    // The cut: the random key is in, the old record stays, the call fails.
+    share_vault.cut_between_steps_next_store();
+    share_vault.fail_erase(true);
+    assert!(store.share_destroy("tenant", &*share_vault).is_err());
+    assert_eq!(share_vault.readable_records().unwrap().len(), 2);
+    let leftovers = store.share_leftovers();
+    assert_eq!(leftovers.len(), 1, "{name}: the leftover is reported");
+    assert_eq!(leftovers[0].name, "tenant");
+    assert_eq!(store.status().unwrap().share_leftovers, leftovers);
+    // A retry while the vault still cannot erase fails and says so again.
+    assert!(store.share_destroy("tenant", &*share_vault).is_err());
+    assert_eq!(store.share_leftovers().len(), 1);
+
+    // A new process: opening the share vault (to read the data) erases it.
+    drop(store);
+    share_vault.fail_erase(false);
+    let store = Store::open(
+        recording.clone() as Arc<dyn Medium>,
+        vault.clone(),
+        options.clone(),
+    )
+    .unwrap();
+    let flaky = share_vault.clone();
+    store.set_share_opener(Arc::new(move |_: &ShareRecord| {
+        Ok(Box::new(flaky.clone()) as Box<dyn Vault>)
+    }));
+    assert!(matches!(
+        store.read(oid, 0, 10),
+        Err(Error::ShareDestroyed(_))
+    ));
+    assert_eq!(
+        share_vault.readable_records().unwrap().len(),
+        1,
+        "{name}: the open of the share vault erased the old record"
+    );
+    assert!(store.share_leftovers().is_empty());
+
+    // The retry finishes the destruction (it was refused: "does not hold share").
+    store
+        .share_destroy("tenant", &*share_vault)
+        .unwrap_or_else(|e| panic!("{name}: the retried destruction failed: {e}"));
+    assert!(store.shares()[0].destroyed_at.is_some());
+    let held = share_vault.readable_records().unwrap();
+    let recovered = Adversary::seize(&recording).recovered_markers_with_shares(
+        &vault.history(),
+        &[(1, held[0].key.clone())],
+        options.provider.clone(),
+    );
+    assert!(
+        recovered.is_disjoint(&markers(&secret)),
+        "{name}: data under the destroyed share opened"
     );
 }

@@ -50,6 +50,10 @@ pub struct StatusReport {
     /// Why the vault could not destroy them (retried at every commit and open).
     #[serde(default)]
     pub vault_leftover_error: Option<String>,
+    /// Share vaults that still hold an older record they could not destroy
+    /// (a `share destroy` cut short leaves the share's key there).
+    #[serde(default)]
+    pub share_leftovers: Vec<ShareLeftoverReport>,
     /// Snapshots the store keeps: what they hold is not erased by `rm`.
     #[serde(default)]
     pub snapshots: usize,
@@ -63,9 +67,6 @@ pub struct StatusReport {
     /// processes): overwrites that put no new version on the medium.
     #[serde(default)]
     pub units_rewritten: u64,
-    /// The medium's size, free space and reserve (`None`: it cannot tell).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub space: Option<SpaceReport>,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -78,20 +79,6 @@ pub struct StatusReport {
     /// Wear of the chip of a store on simulated raw NAND (`--store nand:IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nand_wear: Option<NandWearReport>,
-}
-
-/// Room on the medium: new data is refused once only the reserve is left
-/// (kept for deleting, committing, cleaning and opening).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct SpaceReport {
-    pub total: u64,
-    pub free: u64,
-    pub reserve: u64,
-    /// What new data may still take.
-    pub available: u64,
-    /// Less than the reserve (or a tenth of the medium) left for data:
-    /// `status` warns.
-    pub nearly_full: bool,
 }
 
 /// How far the automatic cleaner's run has got.
@@ -170,6 +157,15 @@ pub struct VaultReport {
     pub overwrite_is_erasure: bool,
 }
 
+/// A share vault that still holds an older record ([`oubli_core::ShareLeftover`]).
+#[derive(Serialize, Deserialize)]
+pub struct ShareLeftoverReport {
+    pub share: String,
+    pub vault: String,
+    /// Why the vault could not destroy it.
+    pub why: String,
+}
+
 #[derive(Serialize, Deserialize)]
 pub struct PolicyReport {
     /// "manual" (commits only when asked) or "automatic".
@@ -221,6 +217,15 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         last_commit_error: s.last_commit_error,
         vault_leftover_epochs: s.vault_leftover_epochs,
         vault_leftover_error: s.vault_leftover_error,
+        share_leftovers: s
+            .share_leftovers
+            .into_iter()
+            .map(|l| ShareLeftoverReport {
+                share: l.name,
+                vault: l.vault,
+                why: l.why,
+            })
+            .collect(),
         snapshots: s.snapshots,
         cleaner: s.cleaner.map(|c| CleanerReport {
             victims: c.victims,
@@ -229,13 +234,6 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         }),
         segments_awaiting_commit: s.segments_awaiting_commit,
         units_rewritten: s.units_rewritten,
-        space: s.space.map(|sp| SpaceReport {
-            total: sp.total,
-            free: sp.free,
-            reserve: sp.reserve,
-            available: sp.available,
-            nearly_full: sp.nearly_full(),
-        }),
         live,
         wear: None,
         nbd_exports: Vec::new(),

@@ -38,6 +38,9 @@ pub struct Status {
     pub vault_leftover_epochs: Vec<u64>,
     /// Why the vault could not destroy them.
     pub vault_leftover_error: Option<String>,
+    /// Share vaults this process found holding an older record they could
+    /// not destroy ([`Store::share_leftovers`] opens them all to look).
+    pub share_leftovers: Vec<ShareLeftover>,
     /// Snapshots kept: deletions in the live store do not erase what they hold.
     pub snapshots: usize,
     pub medium: String,
@@ -48,10 +51,6 @@ pub struct Status {
     /// Units written over in place since the store was opened, instead of
     /// appended (DESIGN §7, "Overwrites in place").
     pub units_rewritten: u64,
-    /// The medium's size, free space and the reserve kept for deletes,
-    /// commits and the cleaner (`None`: the medium cannot tell, or did not
-    /// answer).
-    pub space: Option<crate::SpaceInfo>,
 }
 
 /// How far the automatic cleaner's run has got (the changes carry it out,
@@ -284,12 +283,12 @@ impl Engine {
                 .map(|l| l.epochs.clone())
                 .unwrap_or_default(),
             vault_leftover_error: self.vault_leftover.as_ref().map(|l| l.why.clone()),
+            share_leftovers: self.known_share_leftovers(),
             snapshots: self.snapshots.len(),
             medium: medium.describe(),
             cleaner: self.cleaning.as_ref().map(|run| run.progress()),
             segments_awaiting_commit: self.doomed_segments.len(),
             units_rewritten: self.units_rewritten,
-            space: self.space_now().ok().flatten(),
         })
     }
 

@@ -12,7 +12,7 @@ const DIRTY_NODES_FIRST_MEASURE: usize = 64;
 /// this counts cells, and 2¹⁷ lets a file of up to 512 MiB in 4 KiB cells
 /// be rewritten at random whole between two flushes (fio's random map
 /// comes back to a cell only after all the others).
-const PENDING_OPS_MAX: usize = 1 << 17;
+pub(super) const PENDING_OPS_MAX: usize = 1 << 17;
 /// Cleaner slices a [`Store::tick`] carries out at most (up to 1 MiB copied each).
 const TICK_SLICES: usize = 64;
 
@@ -43,9 +43,6 @@ impl Store {
         // What the commit made unreachable is deleted by a thread of its
         // own; the caller who asked for a commit gets the space back too.
         self.shared.reclaimer.wait_idle();
-        if result.is_ok() {
-            self.lock().clean_if_short();
-        }
         result
     }
 
@@ -81,7 +78,7 @@ impl Store {
     /// when it is due; otherwise carries out one slice of a cleaner run in
     /// progress. Returns false if a commit it ran failed.
     fn settle_as<'a>(&'a self, mut e: MutexGuard<'a, Engine>, settler: Settler) -> bool {
-        if e.pending.len() > PENDING_OPS_MAX && !e.io_in_flight() {
+        if e.pending.len() > e.pending_ops_max && !e.io_in_flight() {
             // Bounds the memory of the changes waiting for the intent log:
             // logging them early only makes them durable sooner. A failure
             // poisons the store, which the next change reports.
@@ -1251,8 +1248,5 @@ impl Engine {
         let current = self.data_segment.map(|(s, _)| s);
         doomed.retain(|&seg| Some(seg) != current);
         self.reclaimer.hand_over(doomed);
-        // The commit wrote nodes and will free segments: writes refused
-        // for want of room ask the medium again.
-        self.space.stale();
     }
 }

@@ -157,7 +157,7 @@ impl Store {
             .map(|s| s + 1)
             .unwrap_or(0)
             .max(body.next_segment);
-        let segment_target = space::segment_target(&*medium);
+        let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
         // The store's own scheme (the options' one only picks it at create).
         let (scheme, scheme_state_units) = crate::scheme_state::load(
             &*medium,
@@ -182,6 +182,7 @@ impl Store {
         engine.log = body.log_place(header_version);
         engine.tally_cadence = options.tally;
         engine.small_writes_buffered = options.small_writes_buffered;
+        engine.pending_ops_max = options.pending_ops_max;
         engine.live_bytes = body.live_bytes;
         engine.scheme_state_units = scheme_state_units;
         engine.policy = options.policy.clone();
@@ -244,7 +245,7 @@ impl Engine {
         cell_size: u32,
         tree: Tree,
     ) -> Engine {
-        let segment_target = space::segment_target(&*ctx.medium);
+        let segment_target = DATA_SEGMENT_TARGET.min(ctx.medium.segment_capacity());
         let reclaimer = Arc::new(reclaim::Reclaimer::new(
             ctx.medium.clone(),
             ctx.io_guard.clone(),
@@ -308,6 +309,7 @@ impl Engine {
             shares: BTreeMap::new(),
             share_keys: RefCell::new(HashMap::new()),
             share_opener: None,
+            share_leftovers: RefCell::default(),
             snapshot_generation: 0,
             committing: false,
             flushing: false,
@@ -323,7 +325,7 @@ impl Engine {
             rewrites: Arc::new(AtomicU64::new(0)),
             units_rewritten: 0,
             small_writes_buffered: SMALL_WRITES_BUFFERED,
-            space: Default::default(),
+            pending_ops_max: PENDING_OPS_MAX,
         }
     }
 

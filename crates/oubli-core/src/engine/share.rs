@@ -10,11 +10,24 @@ use crate::tree::KIND_SHARE;
 /// the two).
 pub const SHARE_DESTROYED: u64 = u64::MAX;
 
-/// Opens a share's vault and returns its key (the front-end knows how to
-/// reach a vault address and which password to use). The engine checks
-/// that the record belongs to this store and share.
+/// Opens a share's vault (the front-end knows how to reach a vault address
+/// and which password to use). The engine loads its record, checks that it
+/// belongs to this store and share, and erases every older record the
+/// vault still holds (a rotation or a destruction cut between its steps).
 pub type ShareOpener =
-    dyn Fn(&ShareRecord) -> std::result::Result<VaultRecord, String> + Send + Sync;
+    dyn Fn(&ShareRecord) -> std::result::Result<Box<dyn Vault>, String> + Send + Sync;
+
+/// A share vault that still holds a record older than its current one and
+/// could not destroy it: after a destruction cut between its two steps,
+/// the share's key, which opens everything placed under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareLeftover {
+    pub name: String,
+    pub vault: String,
+    /// Why the vault could not destroy it (retried at every open of the
+    /// share's vault and by `share_destroy`).
+    pub why: String,
+}
 
 /// A share as `oubli share ls` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +134,11 @@ impl Store {
     /// store records the destruction and commits. Everything ever written
     /// under the share is unrecoverable from then on — in the live store,
     /// every snapshot and every old copy of the medium.
+    ///
+    /// Idempotent: a destruction cut after the vault took the random key
+    /// (before the old record was erased, or before the store recorded
+    /// it) is finished by calling this again. Until the old record is
+    /// erased, it fails and [`Store::share_leftovers`] lists the share.
     pub fn share_destroy(&self, name: &str, vault: &dyn Vault) -> Result<()> {
         let mut e = self.lock();
         e.mutable()?;
@@ -129,18 +147,31 @@ impl Store {
         // exists (the commit below could not seal it afterwards).
         e.write_out_all()?;
         let current = vault.load()?;
-        if current.store_id != e.store_id || current.epoch != id as u64 {
+        let already = current.epoch == SHARE_DESTROYED;
+        if current.store_id != e.store_id || !(current.epoch == id as u64 || already) {
             return Err(Error::Invalid(format!(
                 "the vault at {} does not hold share {name} of this store",
                 e.shares[&id].vault
             )));
         }
-        vault.store(&VaultRecord {
-            store_id: e.store_id,
-            epoch: SHARE_DESTROYED,
-            key: e.ctx.provider.random_key(),
-        })?;
-        vault.erase_leftovers()?;
+        if !already {
+            let stored = vault.store(&VaultRecord {
+                store_id: e.store_id,
+                epoch: SHARE_DESTROYED,
+                key: e.ctx.provider.random_key(),
+            });
+            if let Err(err) = stored {
+                // Cut between its two steps (the random key in, the old
+                // record not erased): finished below. Else nothing changed.
+                match vault.load() {
+                    Ok(now) if now.store_id == e.store_id && now.epoch == SHARE_DESTROYED => {}
+                    _ => return Err(err.into()),
+                }
+            }
+        }
+        // The old record goes for good before the store says so: a retry
+        // after a failure here finds the random key and comes back here.
+        e.erase_share_leftovers(id, vault)?;
         e.share_keys.borrow_mut().remove(&id);
         let mut share = e.shares[&id].clone();
         share.destroyed_at = Some(now_secs());
@@ -149,7 +180,74 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Opens the vault of every share the store has not recorded as
+    /// destroyed (through the opener, as data under it would), which
+    /// erases the older records it holds, and returns the shares whose
+    /// vault still holds one it could not destroy — those seen by this
+    /// process, these included. A vault that cannot be reached is left
+    /// out (its data reports it when used).
+    pub fn share_leftovers(&self) -> Vec<ShareLeftover> {
+        let e = self.lock();
+        let live: Vec<ShareRecord> = e
+            .shares
+            .values()
+            .filter(|s| s.destroyed_at.is_none())
+            .cloned()
+            .collect();
+        for share in &live {
+            let _ = e.open_share_vault(share);
+        }
+        e.known_share_leftovers()
+    }
+}
+
 impl Engine {
+    /// The share leftovers this process has seen and not erased since.
+    pub(super) fn known_share_leftovers(&self) -> Vec<ShareLeftover> {
+        self.share_leftovers
+            .borrow()
+            .iter()
+            .filter_map(|(id, why)| {
+                let s = self.shares.get(id)?;
+                Some(ShareLeftover {
+                    name: s.name.clone(),
+                    vault: s.vault.clone(),
+                    why: why.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Opens share `share`'s vault through the opener and returns its
+    /// current record, after erasing every older one it holds (step 1 of
+    /// the store's open, for a share vault). A failure to erase is noted
+    /// for `status` and `audit`; the record is still returned.
+    fn open_share_vault(&self, share: &ShareRecord) -> std::result::Result<VaultRecord, String> {
+        let opener = self
+            .share_opener
+            .as_ref()
+            .ok_or_else(|| "its vault has not been opened in this process".to_string())?;
+        let vault = opener(share)?;
+        let record = vault.load().map_err(|e| e.to_string())?;
+        let _ = self.erase_share_leftovers(share.id, &*vault);
+        Ok(record)
+    }
+
+    /// Destroys every record `vault` (share `id`'s) holds besides the current one.
+    fn erase_share_leftovers(&self, id: u32, vault: &dyn Vault) -> Result<()> {
+        match vault.erase_leftovers() {
+            Ok(()) => {
+                self.share_leftovers.borrow_mut().remove(&id);
+                Ok(())
+            }
+            Err(e) => {
+                self.share_leftovers.borrow_mut().insert(id, e.to_string());
+                Err(Error::Vault(e))
+            }
+        }
+    }
+
     fn share_info(&self, s: &ShareRecord) -> ShareInfo {
         ShareInfo {
             id: s.id,
@@ -188,11 +286,7 @@ impl Engine {
             vault: share.vault.clone(),
             why,
         };
-        let opener = self
-            .share_opener
-            .as_ref()
-            .ok_or_else(|| unavailable("its vault has not been opened in this process".into()))?;
-        let record = opener(share).map_err(unavailable)?;
+        let record = self.open_share_vault(share).map_err(unavailable)?;
         if record.store_id == self.store_id && record.epoch == SHARE_DESTROYED {
             return Err(Error::ShareDestroyed(share.name.clone()));
         }

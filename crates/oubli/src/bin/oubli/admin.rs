@@ -205,6 +205,12 @@ fn render_status_base(r: &StatusReport) -> String {
             ui::erasure_incomplete(&r.vault_leftover_epochs, r.vault_leftover_error.as_deref())
         );
     }
+    for l in &r.share_leftovers {
+        pending = format!(
+            "{}; {pending}",
+            ui::share_leftover(&l.share, &l.vault, &l.why)
+        );
+    }
     let writes = r.vault.writes.map_or("unknown".into(), |w| w.to_string());
     let endurance = r
         .vault
@@ -289,20 +295,6 @@ fn render_status_base(r: &StatusReport) -> String {
             r.segments_awaiting_commit
         ));
     }
-    if let Some(sp) = &r.space {
-        out.push_str(&format!(
-            "space        {} free of {}; {} for data ({} kept for deleting, committing and cleaning)\n",
-            ui::size(sp.free),
-            ui::size(sp.total),
-            ui::size(sp.available),
-            ui::size(sp.reserve),
-        ));
-        if sp.nearly_full {
-            out.push_str(
-                "WARNING      the medium is nearly full: new data is refused (exit 9, ENOSPC) once only the reserve is left; delete data and commit (`oubli rm`, `oubli commit`, `oubli gc`)\n",
-            );
-        }
-    }
     if let Some(w) = &r.wear {
         out.push_str(&crate::vault_cmd::render_wear(w));
     }
@@ -376,7 +368,8 @@ pub fn gc(
     let session = g.open(Access::Write)?;
     // Objects nothing reaches (a command that died half-way) hold data no
     // command can delete: gone now, erased by the cleaner's commit.
-    let orphans = oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
+    let orphans = session.orphans_collected
+        + oubli::orphans::delete_orphans(&session.store).map_err(|e| g.fail(e))?;
     let mut out = String::new();
     if consolidate_keys {
         let spinner = ui::spinner("re-keying");

@@ -52,6 +52,14 @@ struct AuditJson {
     /// Epochs whose key the vault still holds besides the current one
     /// ("erasure incomplete"): a rotation cut between its two steps.
     vault_leftover_epochs: Vec<u64>,
+    /// Share vaults that still hold an older record (a `share destroy`
+    /// cut short): "erasure incomplete" too.
+    share_leftovers: Vec<oubli::report::ShareLeftoverReport>,
+    /// Objects no name reaches (an interrupted `oubli put`), readable with
+    /// the vault like live data, and their bytes: erased at the next
+    /// writable open.
+    unnamed_objects: usize,
+    unnamed_bytes: u64,
     /// The store's own medium.
     #[serde(rename = "store_medium")]
     own: Option<OwnReport>,
@@ -164,6 +172,8 @@ pub fn audit(
         let old = g.open_vault_at(path, &password, &provider)?;
         old_keys.extend(old.readable_records().map_err(|e| g.fail(e.into()))?);
     }
+    // The share vaults are opened too, to find (and erase) older records.
+    let share_opener = g.share_opener(&password, &provider);
     drop(password);
 
     let working = crate::ui::spinner("auditing: every key the adversary holds against every byte");
@@ -174,9 +184,25 @@ pub fn audit(
     let mut keys = vault.readable_records().map_err(|e| g.fail(e.into()))?;
     let vault_leftover_epochs: Vec<u64> = keys.iter().skip(1).map(|k| k.epoch).collect();
     keys.extend(old_keys);
+    let mut share_leftovers = Vec::new();
+    let mut unnamed = (0, 0);
     let (judge, own) = match opened {
         Ok(store) => {
             let own = store.audit().map_err(|e| g.fail(e))?;
+            store.set_share_opener(share_opener);
+            share_leftovers = store
+                .share_leftovers()
+                .into_iter()
+                .map(|l| oubli::report::ShareLeftoverReport {
+                    share: l.name,
+                    vault: l.vault,
+                    why: l.why,
+                })
+                .collect();
+            for oid in oubli::orphans::orphans(&store).map_err(|e| g.fail(e))? {
+                let size = store.object(oid).map_err(|e| g.fail(e))?.size;
+                unnamed = (unnamed.0 + 1, unnamed.1 + size);
+            }
             (
                 Judge::Current {
                     store: Box::new(store),
@@ -201,6 +227,9 @@ pub fn audit(
         verdict: "ok",
         vault_epochs: keys.iter().map(|k| k.epoch).collect(),
         vault_leftover_epochs,
+        share_leftovers,
+        unnamed_objects: unnamed.0,
+        unnamed_bytes: unnamed.1,
         own: own.map(own_report),
         copies: Vec::new(),
         total: Counts::default(),
@@ -246,10 +275,12 @@ pub fn audit(
     }
     report.verdict = if report.total.leaked_units > 0 {
         "leaked"
-    } else if !report.vault_leftover_epochs.is_empty() {
+    } else if !report.vault_leftover_epochs.is_empty() || !report.share_leftovers.is_empty() {
         "incomplete"
     } else if report.total.pending_units > 0 {
         "pending"
+    } else if report.unnamed_objects > 0 {
+        "unnamed"
     } else {
         "ok"
     };
@@ -260,8 +291,20 @@ pub fn audit(
     } else {
         render(&report)
     };
-    if report.total.leaked_units == 0 && report.vault_leftover_epochs.is_empty() {
+    if report.total.leaked_units == 0
+        && report.vault_leftover_epochs.is_empty()
+        && report.share_leftovers.is_empty()
+    {
         return Ok(text);
+    }
+    if report.total.leaked_units == 0 && report.vault_leftover_epochs.is_empty() {
+        crate::emit(&text)?;
+        let l = &report.share_leftovers[0];
+        return Err(Failure::new(
+            exit::LEAKED,
+            ui::share_leftover(&l.share, &l.vault, &l.why),
+            "a share vault could not destroy an older record; make it writable and reachable, then run `oubli share destroy NAME` again (if its destruction was cut short) or any `oubli` command, and audit again",
+        ));
     }
     if report.total.leaked_units == 0 {
         crate::emit(&text)?;
@@ -441,9 +484,19 @@ fn render(r: &AuditJson) -> String {
             "verdict: ERASURE FAILURE: {} unit(s) of deleted data can still be recovered\n",
             t.leaked_units
         ),
+        "incomplete" if r.vault_leftover_epochs.is_empty() => r
+            .share_leftovers
+            .iter()
+            .map(|l| format!("verdict: {}\n", ui::share_leftover(&l.share, &l.vault, &l.why)))
+            .collect(),
         "incomplete" => format!(
             "verdict: {}\n",
             ui::erasure_incomplete(&r.vault_leftover_epochs, None)
+        ),
+        "unnamed" => format!(
+            "verdict: nothing deleted can be recovered, but {} object(s) that no name reaches hold {} readable with the vault, as live data is (an `oubli put` that did not finish): the next command that changes the store erases them, or `oubli gc` now\n",
+            r.unnamed_objects,
+            ui::size(r.unnamed_bytes)
         ),
         "pending" => format!(
             "verdict: nothing deleted before the last commit can be recovered; {} unit(s) deleted since then stay recoverable until the next commit (run `oubli commit` to erase them now)\n",

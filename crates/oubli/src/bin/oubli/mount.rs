@@ -359,6 +359,9 @@ fn serve(
     let options = g.long_running_options(&provider, opts.store_policy());
     let store = Arc::new(Store::open(medium, vault, options).map_err(|e| g.fail(e))?);
     store.set_share_opener(shares);
+    if !opts.read_only {
+        g.collect_orphans(&store);
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let purge = Arc::new(AtomicBool::new(false));

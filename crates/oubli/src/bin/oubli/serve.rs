@@ -266,6 +266,7 @@ pub fn serve(g: &Global, a: ServeArgs) -> Result<String, Failure> {
     let options = g.long_running_options(&provider, policy);
     let store = Arc::new(Store::open(medium, vault, options).map_err(|e| g.fail(e))?);
     store.set_share_opener(shares);
+    g.collect_orphans(&store);
 
     // What the clients see: the live store, or a snapshot's read-only view.
     let served = match &snapshot {

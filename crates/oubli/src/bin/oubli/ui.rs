@@ -166,6 +166,15 @@ pub fn parse_key_scheme(s: &str) -> Result<u8, String> {
 
 /// The words `status` and `audit` use for a vault that still holds older
 /// keys (a rotation cut between its two steps).
+/// What `status` and `audit` say of a share vault that still holds an
+/// older record ([`oubli::ShareLeftover`]).
+pub fn share_leftover(share: &str, vault: &str, why: &str) -> String {
+    format!(
+        "erasure incomplete: the vault of key share {share} ({}) still holds an older record, which may open everything placed under the share (it could not destroy it: {why}); make that vault writable and run `oubli share destroy {share}` again if its destruction was cut short, or any `oubli` command (each opens the share vaults and retries)",
+        crate::session::shown(std::path::Path::new(vault))
+    )
+}
+
 pub fn erasure_incomplete(epochs: &[u64], why: Option<&str>) -> String {
     let list: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
     let mut text = format!(

@@ -118,6 +118,9 @@ pub fn report(g: &Global) -> Result<StatusReport, Failure> {
         }
         None => {
             let session = g.open(Access::Read)?;
+            // Every share vault is opened (and its older records erased,
+            // as every open does) so that a leftover shows here.
+            session.store.share_leftovers();
             // A NAND store is named by its image, not its state directory.
             let at = if g.nand.is_some() {
                 g.store_shown()

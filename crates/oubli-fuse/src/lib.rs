@@ -127,6 +127,7 @@ impl fmt::Display for Unfinished {
         if self.commit.is_some() && self.pending_deletions > 0 {
             let n = self.pending_deletions;
             match self.flush {
+                None if n == 1 => write!(f, "; 1 deletion is still recoverable")?,
                 None => write!(f, "; {n} deletions are still recoverable")?,
                 // Those in the intent log stay pending; the others were
                 // never stored, and their names come back.

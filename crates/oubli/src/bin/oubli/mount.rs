@@ -472,20 +472,21 @@ fn unfinished(g: &Global, mountpoint: &Path, u: &oubli_fuse::Unfinished) -> Fail
             " (no name was removed through this mount: truncates, overwrites or earlier deletions)",
         );
     }
-    let hint = finish_hint(g.store_shown(), u.commit.is_some(), u.flush.is_some());
+    let hint = finish_hint(g, u.commit.is_some(), u.flush.is_some());
     Failure::new(code, message, hint)
 }
 
 /// What to do after a mount or server ended with its last commit (or the
 /// flush after it) failed.
-pub fn finish_hint(store: &Path, commit_failed: bool, flush_failed: bool) -> String {
-    let store = store.display();
+pub fn finish_hint(g: &Global, commit_failed: bool, flush_failed: bool) -> String {
+    let store = g.store_shown().display();
+    let vault = session::shown(&g.vault);
     match (commit_failed, flush_failed) {
         (true, false) => format!(
-            "flushed data is safe; make the vault reachable and writable, then run `oubli commit --store {store}` to erase them"
+            "flushed data is safe; make the vault {vault} reachable and writable, then run `oubli commit --store {store}` to erase them"
         ),
         (true, true) => format!(
-            "check the disk holding the store and the vault, then run `oubli commit --store {store}`: what reached the intent log is kept, and the deletions in it are erased"
+            "check the disk holding the store and the vault {vault}, then run `oubli commit --store {store}`: what reached the intent log is kept, and the deletions in it are erased"
         ),
         (false, _) => format!(
             "check the disk holding the store, then mount it again (`oubli fsck --store {store}` lists damage)"

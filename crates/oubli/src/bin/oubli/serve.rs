@@ -494,6 +494,9 @@ fn unfinished(g: &Global, store: &Store, commit: oubli::Error) -> Failure {
     if pending > 0 {
         let what = "deletions (TRIMs, discards, overwrites)";
         message.push_str(&match flush {
+            None if pending == 1 => {
+                "; 1 deletion (TRIM, discard, overwrite) is still recoverable".into()
+            }
             None => format!("; {pending} {what} are still recoverable"),
             // Those in the intent log stay pending; the others were never stored.
             Some(_) => format!(
@@ -502,7 +505,7 @@ fn unfinished(g: &Global, store: &Store, commit: oubli::Error) -> Failure {
         });
     }
     let code = oubli::exit_code(flush.as_ref().unwrap_or(&commit));
-    let hint = crate::mount::finish_hint(g.store_shown(), true, flush.is_some());
+    let hint = crate::mount::finish_hint(g, true, flush.is_some());
     Failure::new(code, message, hint)
 }
 

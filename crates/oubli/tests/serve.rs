@@ -764,6 +764,8 @@ fn trickling_handshakes_keep_no_client_out() {
     use std::net::TcpStream;
     trait Wire: Read + Write + Send {}
     impl<T: Read + Write + Send> Wire for T {}
+    /// A connection (`None` once closed) and the bytes it trickles.
+    type Trickler = (Option<Box<dyn Wire>>, Vec<u8>);
     if !tool("nbdcopy", "libnbd-bin") || !tool("certtool", "gnutls-bin") {
         return;
     }
@@ -805,7 +807,7 @@ fn trickling_handshakes_keep_no_client_out() {
     hello.resize(64, 0);
     // One trickler in four haggles in plain NBD (GO, one byte at a time);
     // the others start TLS and trickle the ClientHello.
-    let mut tricklers: Vec<(Option<Box<dyn Wire>>, Vec<u8>)> = Vec::new();
+    let mut tricklers: Vec<Trickler> = Vec::new();
     for i in 0..200 {
         let setup = || -> std::io::Result<(TcpStream, Vec<u8>)> {
             let mut c = TcpStream::connect(("127.0.0.1", port))?;

@@ -31,14 +31,14 @@ mod vectors;
 
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
-    name_hash, CleanerPolicy, CleanerProgress, ConsolidateReport, CreateOptions, EpochPolicy,
-    FsckReport, GcReport, Options, Overhead, ShareInfo, ShareLeftover, ShareOpener, SnapshotInfo, SnapshotUsage,
-    Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR, SHARE_DESTROYED,
-    SMALL_CELL_SIZE,
+    name_hash, reserve_for, CleanerPolicy, CleanerProgress, ConsolidateReport, CreateOptions,
+    EpochPolicy, FsckReport, GcReport, Options, Overhead, ShareInfo, ShareLeftover, ShareOpener, SnapshotInfo,
+    SnapshotUsage, SpaceInfo, Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
+    SHARE_DESTROYED, SMALL_CELL_SIZE,
 };
 pub use error::{Error, Result};
 pub use log::TallyCadence;
-pub use medium::{Medium, SegmentId, Slot, SUPERBLOCK_MAX};
+pub use medium::{Medium, SegmentId, Slot, Space, SUPERBLOCK_MAX};
 pub use share::ShareRecord;
 pub use snapshot::SnapshotRecord;
 pub use tree::ObjectRecord;

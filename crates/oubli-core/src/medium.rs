@@ -30,6 +30,16 @@ impl Slot {
     }
 }
 
+/// How much room a medium has: what [`Medium::space`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// Bytes the medium holds in all (the file system's or chip's size).
+    pub total: u64,
+    /// Bytes appends may still take now (for a directory, what the file
+    /// system gives an unprivileged user: `f_bavail`).
+    pub free: u64,
+}
+
 /// Storage for ciphertext. The engine is its only user and relies on no more
 /// than this:
 ///
@@ -110,6 +120,16 @@ pub trait Medium: Send + Sync {
         let _ = (id, len);
         Ok(())
     }
+    /// The medium's size and the room left for appends, if it can tell
+    /// (`None`: unknown, e.g. object storage). The engine keeps a reserve
+    /// of it for deletes, commits, the cleaner and opening, and refuses
+    /// new data with `NoSpace` once only the reserve remains (DESIGN §7,
+    /// "A full medium"). Asked at most about once a second while writes
+    /// come, and at every write once the room is nearly gone: it should
+    /// be a system call, not a scan. Default `None`.
+    fn space(&self) -> io::Result<Option<Space>> {
+        Ok(None)
+    }
     /// Whether [`rewrite`](Self::rewrite) works here. Default `false`: raw
     /// flash cannot program a page twice, and an object store takes whole
     /// objects.
@@ -175,6 +195,9 @@ impl<M: Medium + ?Sized> Medium for std::sync::Arc<M> {
     }
     fn finish_segment(&self, id: SegmentId, len: u64) -> io::Result<()> {
         (**self).finish_segment(id, len)
+    }
+    fn space(&self) -> io::Result<Option<Space>> {
+        (**self).space()
     }
     fn can_rewrite(&self) -> bool {
         (**self).can_rewrite()

@@ -1389,6 +1389,17 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
+    /// The medium's room as (total, free, available) bytes: the store's
+    /// own measure, which leaves out the reserve it keeps for deleting,
+    /// committing and cleaning (writes get ENOSPC once only that is left),
+    /// else the host file system's under `space_from`.
+    fn room(&self) -> Option<(u64, u64, u64)> {
+        match self.store.space() {
+            Ok(Some(s)) => Some((s.total, s.available, s.available)),
+            _ => self.space_from.as_deref().and_then(host_space),
+        }
+    }
+
     /// An allocating fallocate promises that writes into the range will find
     /// room. Nothing is preallocated (cells are written when data is), so
     /// the promise is checked against what the medium can take now: the
@@ -1396,7 +1407,7 @@ impl Fs {
     /// system's, net of the sealing overhead), or the call fails with ENOSPC
     /// instead of a later write.
     fn check_room(&self, length: u64) -> R<()> {
-        let Some((_, _, avail)) = self.space_from.as_deref().and_then(host_space) else {
+        let Some((_, _, avail)) = self.room() else {
             return Ok(());
         };
         if length > net_of_overhead(avail) {
@@ -1822,7 +1833,7 @@ impl Fs {
         let status = self.store.status().map_err(errno)?;
         let bsize: u64 = 4096;
         let used = status.medium_bytes.max(status.live_bytes);
-        let (total, free, avail) = match self.space_from.as_deref().and_then(host_space) {
+        let (total, free, avail) = match self.room() {
             // What data can still take: the host's free space less the
             // sealing overhead (the same share fallocate checks against).
             Some((total, free, avail)) => (

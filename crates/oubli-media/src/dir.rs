@@ -447,9 +447,18 @@ impl Medium for DirMedium {
         // the file, and the next sync should flush whatever landed.
         st.dirty.insert(id);
         if let Err(e) = file.write_all_at(data, offset) {
-            // The length is now unknown; reopening re-reads it.
-            st.writers.remove(id);
-            st.appended.remove(&id);
+            // A write cut short (ENOSPC part-way) is rolled back: the
+            // segment ends where it did, so the engine may append there
+            // again once there is room (the zeros `reserve` wrote stay).
+            let keep = st
+                .writers
+                .get(id)
+                .map_or(offset, |w| w.zeroed_to.max(offset));
+            if file.set_len(keep).is_err() {
+                // The length is now unknown; reopening re-reads it.
+                st.writers.remove(id);
+                st.appended.remove(&id);
+            }
             return Err(e);
         }
         let mut hint = None;
@@ -469,6 +478,25 @@ impl Medium for DirMedium {
 
     fn can_rewrite(&self) -> bool {
         !self.read_only
+    }
+
+    /// The file system's size and what it gives an unprivileged user
+    /// (`statvfs`: `f_blocks`, `f_bavail`), as `df` shows them.
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
+            .map_err(|e| invalid_input(e.to_string()))?;
+        let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+        // SAFETY: FFI with a valid C string and a writable statvfs.
+        if unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: statvfs succeeded and filled it.
+        let s = unsafe { s.assume_init() };
+        let unit = s.f_frsize;
+        Ok(Some(oubli_core::Space {
+            total: s.f_blocks * unit,
+            free: s.f_bavail * unit,
+        }))
     }
 
     /// Only inside what this handle appended, to a segment it still
@@ -524,7 +552,11 @@ impl Medium for DirMedium {
             return Ok(());
         }
         let file = w.file.clone();
-        file.write_all_at(&vec![0u8; (upto - from) as usize], from)?;
+        if let Err(e) = file.write_all_at(&vec![0u8; (upto - from) as usize], from) {
+            // No room for the hint: give back what part of it took.
+            let _ = file.set_len(from);
+            return Err(e);
+        }
         w.zeroed_to = upto;
         st.dirty.insert(id);
         Ok(())

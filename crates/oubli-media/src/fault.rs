@@ -244,6 +244,10 @@ impl<M: Medium> Medium for FaultMedium<M> {
         self.segment_write(data, |d| self.inner.append(id, offset, d))
     }
 
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        self.inner.space()
+    }
+
     fn can_rewrite(&self) -> bool {
         self.inner.can_rewrite()
     }

@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -590,6 +591,35 @@ impl Medium for FileMedium {
 
     fn can_rewrite(&self) -> bool {
         true
+    }
+
+    /// Whole free slots (counting a slot freed but not yet synced as
+    /// taken, and the open segments' tails as nothing: on the safe side).
+    /// A regular file without a size limit grows into its file system:
+    /// that file system's free space, as `DirMedium` reports it.
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        let cap = self.segment_capacity();
+        if self.header.total_size == 0 && self.kind == Kind::Regular {
+            let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+            // SAFETY: FFI on an open descriptor with a writable statvfs.
+            if unsafe { libc::fstatvfs(self.file.as_raw_fd(), s.as_mut_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fstatvfs succeeded and filled it.
+            let s = unsafe { s.assume_init() };
+            let unit = s.f_frsize;
+            let st = self.lock();
+            return Ok(Some(oubli_core::Space {
+                total: s.f_blocks * unit,
+                free: (s.f_bavail * unit).saturating_add(st.free.len() as u64 * cap),
+            }));
+        }
+        let st = self.lock();
+        let slots = st.free.len() as u64 + self.max_slots.saturating_sub(st.next_slot);
+        Ok(Some(oubli_core::Space {
+            total: self.max_slots.saturating_mul(cap),
+            free: slots.saturating_mul(cap),
+        }))
     }
 
     /// Only inside what was appended since this `open` (a segment whose

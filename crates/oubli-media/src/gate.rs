@@ -168,6 +168,9 @@ impl<M: Medium> Medium for GateMedium<M> {
         self.pass(Gated::Reads);
         self.inner.read(id, offset, buf)
     }
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        self.inner.space()
+    }
     fn segment_len(&self, id: SegmentId) -> io::Result<Option<u64>> {
         self.inner.segment_len(id)
     }

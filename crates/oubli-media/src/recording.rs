@@ -169,6 +169,10 @@ impl<M: Medium> Medium for RecordingMedium<M> {
         self.inner.can_rewrite()
     }
 
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        self.inner.space()
+    }
+
     fn rewrite(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
         let data: Arc<[u8]> = Arc::from(data);
         let op = Op::Rewrite {

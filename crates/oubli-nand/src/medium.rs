@@ -257,6 +257,17 @@ impl Medium for NandMedium {
         SEGMENT_BLOCKS * self.leb_bytes()
     }
 
+    /// Whole erase blocks: those appends may still take, less the page
+    /// prefix each carries; the open segments' last blocks count as full.
+    fn space(&self) -> io::Result<Option<oubli_core::Space>> {
+        let (free, total) = self.ubi.blocks_for_appends();
+        let usable = self.leb_bytes() - (PREFIX as u64);
+        Ok(Some(oubli_core::Space {
+            total: total as u64 * self.leb_bytes(),
+            free: free as u64 * usable,
+        }))
+    }
+
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut segments = self.lock();
         if offset == 0 && !segments.contains_key(&id) {

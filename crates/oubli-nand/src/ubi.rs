@@ -280,6 +280,18 @@ impl Ubi {
         self.lock().free.len()
     }
 
+    /// Erased blocks plain appends may still take (the erased ones less the
+    /// reserve kept for atomic changes), and blocks in use or free in all
+    /// (bad ones left out).
+    pub fn blocks_for_appends(&self) -> (usize, usize) {
+        let st = self.lock();
+        let free = st.free.len();
+        (
+            free.saturating_sub(self.config.reserve as usize),
+            st.map.len() + free + st.stale.len(),
+        )
+    }
+
     /// The bytes in use of page `page` of `lnum`.
     pub fn read_page(&self, lnum: Lnum, page: usize) -> io::Result<Vec<u8>> {
         let st = self.lock();

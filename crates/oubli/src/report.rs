@@ -67,6 +67,9 @@ pub struct StatusReport {
     /// processes): overwrites that put no new version on the medium.
     #[serde(default)]
     pub units_rewritten: u64,
+    /// The medium's size, free space and reserve (`None`: it cannot tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<SpaceReport>,
     /// True when the figures come from the process holding the store open.
     pub live: bool,
     /// Vault wear projected at an epoch policy; filled in by the `oubli`
@@ -79,6 +82,20 @@ pub struct StatusReport {
     /// Wear of the chip of a store on simulated raw NAND (`--store nand:IMAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nand_wear: Option<NandWearReport>,
+}
+
+/// Room on the medium: new data is refused once only the reserve is left
+/// (kept for deleting, committing, cleaning and opening).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SpaceReport {
+    pub total: u64,
+    pub free: u64,
+    pub reserve: u64,
+    /// What new data may still take.
+    pub available: u64,
+    /// Less than the reserve (or a tenth of the medium) left for data:
+    /// `status` warns.
+    pub nearly_full: bool,
 }
 
 /// How far the automatic cleaner's run has got.
@@ -234,6 +251,13 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         }),
         segments_awaiting_commit: s.segments_awaiting_commit,
         units_rewritten: s.units_rewritten,
+        space: s.space.map(|sp| SpaceReport {
+            total: sp.total,
+            free: sp.free,
+            reserve: sp.reserve,
+            available: sp.available,
+            nearly_full: sp.nearly_full(),
+        }),
         live,
         wear: None,
         nbd_exports: Vec::new(),

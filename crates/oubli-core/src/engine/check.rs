@@ -51,6 +51,10 @@ pub struct Status {
     /// Units written over in place since the store was opened, instead of
     /// appended (DESIGN §7, "Overwrites in place").
     pub units_rewritten: u64,
+    /// The medium's size, free space and the reserve kept for deletes,
+    /// commits and the cleaner (`None`: the medium cannot tell, or did not
+    /// answer).
+    pub space: Option<crate::SpaceInfo>,
 }
 
 /// How far the automatic cleaner's run has got (the changes carry it out,
@@ -289,6 +293,7 @@ impl Engine {
             cleaner: self.cleaning.as_ref().map(|run| run.progress()),
             segments_awaiting_commit: self.doomed_segments.len(),
             units_rewritten: self.units_rewritten,
+            space: self.space_now().ok().flatten(),
         })
     }
 

@@ -269,6 +269,11 @@ impl Engine {
             }
         };
         let dead = total.saturating_sub(self.live_bytes);
+        if self.space.short() {
+            // Writes are (or are about to be) refused for want of room:
+            // any dead segment's worth is worth a run, whatever the share.
+            return dead >= self.segment_target.min(1 << 20);
+        }
         dead >= policy.min_dead_bytes && (dead as f64) >= policy.dead_share * total as f64
     }
 
@@ -391,9 +396,16 @@ impl Engine {
             }
         }
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // On a full medium, no more than the room left (the reserve is
+        // there for this) less what the commit needs: the victims' space
+        // comes back only after it.
+        let room = self.cleaner_room();
         let mut victims = BTreeSet::new();
         let mut to_move = 0u64;
         for (_, seg, used, size) in candidates {
+            if to_move + used > room {
+                continue;
+            }
             if !victims.is_empty() && to_move + used > max_move {
                 break;
             }

@@ -43,6 +43,9 @@ impl Store {
         // What the commit made unreachable is deleted by a thread of its
         // own; the caller who asked for a commit gets the space back too.
         self.shared.reclaimer.wait_idle();
+        if result.is_ok() {
+            self.lock().clean_if_short();
+        }
         result
     }
 
@@ -1248,5 +1251,8 @@ impl Engine {
         let current = self.data_segment.map(|(s, _)| s);
         doomed.retain(|&seg| Some(seg) != current);
         self.reclaimer.hand_over(doomed);
+        // The commit wrote nodes and will free segments: writes refused
+        // for want of room ask the medium again.
+        self.space.stale();
     }
 }

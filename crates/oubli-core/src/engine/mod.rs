@@ -19,6 +19,7 @@ mod recover;
 mod rewrite;
 mod share;
 mod snapshot;
+mod space;
 mod write;
 
 pub use check::{CleanerProgress, FsckReport, Overhead, Status};
@@ -29,6 +30,7 @@ pub use share::{ShareInfo, ShareLeftover, ShareOpener, SHARE_DESTROYED};
 pub(crate) use snapshot::read_catalog;
 use snapshot::Snapshot;
 pub use snapshot::{SnapshotInfo, SnapshotUsage};
+pub use space::{reserve_for, SpaceInfo};
 use write::DirtyCell;
 
 use crate::error::{read_error, Error, Result};
@@ -48,7 +50,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
 
 /// Object id of the root directory every store has.
@@ -484,6 +486,8 @@ struct Engine {
     small_writes_buffered: usize,
     /// [`Options::pending_ops_max`].
     pending_ops_max: usize,
+    /// The medium's room, against which writes are admitted (`space.rs`).
+    space: space::SpaceGauge,
 }
 
 /// How often a refused write retries the commit the vault failed.
@@ -594,6 +598,8 @@ impl Store {
     pub fn create_object(&self, meta: &[u8]) -> Result<u64> {
         let mut e = self.lock_beside_commit();
         e.mutable()?;
+        // A new object is new data too: the reserve is not for it.
+        e.admit(meta.len() as u64)?;
         let oid = e.next_oid;
         e.apply(
             Op::SetObject {

@@ -157,7 +157,7 @@ impl Store {
             .map(|s| s + 1)
             .unwrap_or(0)
             .max(body.next_segment);
-        let segment_target = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
+        let segment_target = space::segment_target(&*medium);
         // The store's own scheme (the options' one only picks it at create).
         let (scheme, scheme_state_units) = crate::scheme_state::load(
             &*medium,
@@ -245,7 +245,7 @@ impl Engine {
         cell_size: u32,
         tree: Tree,
     ) -> Engine {
-        let segment_target = DATA_SEGMENT_TARGET.min(ctx.medium.segment_capacity());
+        let segment_target = space::segment_target(&*ctx.medium);
         let reclaimer = Arc::new(reclaim::Reclaimer::new(
             ctx.medium.clone(),
             ctx.io_guard.clone(),
@@ -326,6 +326,7 @@ impl Engine {
             units_rewritten: 0,
             small_writes_buffered: SMALL_WRITES_BUFFERED,
             pending_ops_max: PENDING_OPS_MAX,
+            space: Default::default(),
         }
     }
 

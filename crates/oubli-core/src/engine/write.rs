@@ -476,6 +476,8 @@ impl Engine {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::Invalid("write past 2^64".into()))?;
+        // Refused before anything changes once only the reserve is left.
+        self.admit(data.len() as u64)?;
         let cs = u64::from(self.cells_for_write(oid, offset)?);
         // A run cut in other cells (the object's first write raced another
         // that decided otherwise), or sealed before the object was placed

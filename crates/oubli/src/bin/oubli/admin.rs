@@ -295,6 +295,20 @@ fn render_status_base(r: &StatusReport) -> String {
             r.segments_awaiting_commit
         ));
     }
+    if let Some(sp) = &r.space {
+        out.push_str(&format!(
+            "space        {} free of {}; {} for data ({} kept for deleting, committing and cleaning)\n",
+            ui::size(sp.free),
+            ui::size(sp.total),
+            ui::size(sp.available),
+            ui::size(sp.reserve),
+        ));
+        if sp.nearly_full {
+            out.push_str(
+                "WARNING      the medium is nearly full: new data is refused (exit 9, ENOSPC) once only the reserve is left; delete data and commit (`oubli rm`, `oubli commit`, `oubli gc`)\n",
+            );
+        }
+    }
     if let Some(w) = &r.wear {
         out.push_str(&crate::vault_cmd::render_wear(w));
     }

@@ -2,7 +2,8 @@
 //!
 //! The tests use them to prepare a bucket and to act as the adversary who
 //! keeps every version ([`Admin::history`], which `oubli audit
-//! --with-versions` uses too); `versions` also serves purging old versions.
+//! --with-versions` uses too); `versions` also serves purging old versions,
+//! and [`Admin::get_dated`] gives the lease its server-clock age of the lock.
 
 use crate::config::{S3Config, S3Location};
 use bytes::Bytes;
@@ -36,6 +37,14 @@ pub struct History {
     pub superblocks: Vec<Vec<u8>>,
     /// Object versions read (delete markers not counted).
     pub versions: usize,
+}
+
+/// An object read with the server's dates ([`Admin::get_dated`]).
+pub struct Dated {
+    pub body: Bytes,
+    pub etag: Option<String>,
+    /// How long ago the server last wrote it, by the server's clock.
+    pub age: Option<std::time::Duration>,
 }
 
 /// Signed requests against one endpoint (path-style).
@@ -77,6 +86,50 @@ impl Admin {
 
     /// Sends a signed request; returns the body of a 2xx answer.
     fn send(&self, method: &str, path_and_query: &str, body: Bytes) -> io::Result<Bytes> {
+        self.send_full(method, path_and_query, body)
+            .map(|(_, body)| body)
+    }
+
+    /// Reads the object `key` with the server's dates: its body, ETag and
+    /// age — the answer's `Date` less the object's `Last-Modified`, both
+    /// the server's clock (`None` when the server gives either no date).
+    /// `None` when there is no such object.
+    pub fn get_dated(&self, bucket: &str, key: &str) -> io::Result<Option<Dated>> {
+        let path = format!("/{bucket}/{}", encode_key(key));
+        let (headers, body) = match self.send_full("GET", &path, Bytes::new()) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let date = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| chrono::DateTime::parse_from_rfc2822(v).ok())
+        };
+        let age = match (date("date"), date("last-modified")) {
+            (Some(now), Some(modified)) => Some(
+                (now - modified)
+                    .to_std()
+                    .unwrap_or(std::time::Duration::ZERO),
+            ),
+            _ => None,
+        };
+        let etag = headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(Some(Dated { body, etag, age }))
+    }
+
+    /// Sends a signed request; returns the headers and body of a 2xx
+    /// answer (a 404 is a `NotFound` error).
+    fn send_full(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Bytes,
+    ) -> io::Result<(http::HeaderMap, Bytes)> {
         let mut request: HttpRequest = http::Request::builder()
             .method(method)
             .uri(format!("{}{path_and_query}", self.endpoint))
@@ -90,18 +143,27 @@ impl Admin {
                 .await
                 .map_err(io::Error::other)?;
             let status = response.status();
+            let headers = response.headers().clone();
             let body = response
                 .into_body()
                 .bytes()
                 .await
                 .map_err(io::Error::other)?;
             if status.is_success() {
-                Ok(body)
+                Ok((headers, body))
             } else {
-                Err(io::Error::other(format!(
-                    "{method} {path_and_query}: {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )))
+                let kind = if status == http::StatusCode::NOT_FOUND {
+                    io::ErrorKind::NotFound
+                } else {
+                    io::ErrorKind::Other
+                };
+                Err(io::Error::new(
+                    kind,
+                    format!(
+                        "{method} {path_and_query}: {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    ),
+                ))
             }
         })
     }

@@ -1,4 +1,4 @@
-//! The names of the S3 medium's objects (runs, packs, the gone list), and the segment bytes any one of them holds.
+//! The names of the S3 medium's objects (runs, packs, the gone list, seals), and the segment bytes any one of them holds.
 //!
 //! Layout 2 (docs/FORMAT-media.md, "S3"): a sync that carries the bytes of
 //! one segment uploads them as a *run* `seg/ID/OFFSET`; a sync that carries
@@ -9,6 +9,12 @@
 //! pack still carries a live piece of another segment are listed in the
 //! one object `gone` until the pack goes (one object however many: a
 //! listing stays as long as the store's live objects).
+//!
+//! Layout 3 adds the writer's generation ([`crate::lease`]): a run or pack
+//! written under generation `G > 0` ends in `-gG` (hexadecimal; names
+//! without it are generation 0), the gone list names the generation that
+//! wrote it, and `seal/G` (16 hex digits) holds each segment's end and the
+//! gone list as generation `G` found them when it took the lock.
 
 use oubli_core::SegmentId;
 
@@ -29,34 +35,118 @@ pub struct Piece {
 /// What an object under a store's prefix is, by its name (relative to the prefix).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Object {
-    /// A run of one segment from `offset`; its length is the object's size.
-    Run { id: SegmentId, offset: u64 },
-    /// A pack: these pieces, bodies concatenated in this order.
-    Pack(Vec<Piece>),
+    /// A run of one segment from `offset`, written under `generation`; its
+    /// length is the object's size.
+    Run {
+        id: SegmentId,
+        offset: u64,
+        generation: u64,
+    },
+    /// A pack: these pieces, bodies concatenated in this order; and the
+    /// generation that wrote it.
+    Pack(Vec<Piece>, u64),
     /// The superblocks, the writer's lock, the gone list, or something not ours.
     Other,
 }
 
-pub fn run_name(id: SegmentId, offset: u64) -> String {
-    format!("seg/{id:08x}/{offset:016x}")
+/// `-gG` after the name of an object written under generation `G > 0`
+/// (characters object_store keeps as they are: it would percent-encode `~`).
+fn generation_suffix(generation: u64) -> String {
+    if generation == 0 {
+        String::new()
+    } else {
+        format!("-g{generation:x}")
+    }
 }
 
-pub fn pack_name(pieces: &[Piece]) -> String {
+pub fn run_name(id: SegmentId, offset: u64, generation: u64) -> String {
+    format!(
+        "seg/{id:08x}/{offset:016x}{}",
+        generation_suffix(generation)
+    )
+}
+
+pub fn pack_name(pieces: &[Piece], generation: u64) -> String {
     let listed: Vec<String> = pieces
         .iter()
         .map(|p| format!("{:08x}.{:x}.{:x}", p.id, p.offset, p.len))
         .collect();
-    format!("pack/{}", listed.join("_"))
+    format!("pack/{}{}", listed.join("_"), generation_suffix(generation))
+}
+
+/// The seal of generation `G`.
+pub fn seal_name(generation: u64) -> String {
+    format!("seal/{generation:016x}")
+}
+
+/// The generation a seal's name gives (`None`: not a seal).
+pub fn parse_seal_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("seal/")?;
+    (hex.len() == 16).then_some(())?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+const SEAL_MAGIC: &str = "oubli-s3 seal v1";
+
+/// What a generation found when it took the lock: each segment's end, and
+/// the gone list.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Seal {
+    pub ends: std::collections::BTreeMap<SegmentId, u64>,
+    pub gone: Vec<SegmentId>,
+}
+
+/// A seal's body: a header line, then `end ID END` and `gone ID` lines (hexadecimal).
+pub fn encode_seal(
+    ends: impl IntoIterator<Item = (SegmentId, u64)>,
+    gone: impl IntoIterator<Item = SegmentId>,
+) -> Vec<u8> {
+    let mut out = format!("{SEAL_MAGIC}\n");
+    for (id, end) in ends {
+        out.push_str(&format!("end {id:08x} {end:x}\n"));
+    }
+    for id in gone {
+        out.push_str(&format!("gone {id:08x}\n"));
+    }
+    out.into_bytes()
+}
+
+pub fn decode_seal(body: &[u8]) -> Option<Seal> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut lines = text.lines();
+    (lines.next()? == SEAL_MAGIC).then_some(())?;
+    let mut seal = Seal::default();
+    for line in lines {
+        let mut f = line.split(' ');
+        match (f.next()?, f.next(), f.next(), f.next()) {
+            ("end", Some(id), Some(end), None) => {
+                let id = SegmentId::from_str_radix(id, 16).ok()?;
+                seal.ends.insert(id, u64::from_str_radix(end, 16).ok()?);
+            }
+            ("gone", Some(id), None, None) => {
+                seal.gone.push(SegmentId::from_str_radix(id, 16).ok()?)
+            }
+            _ => return None,
+        }
+    }
+    Some(seal)
 }
 
 /// The name of the list of deleted segments that packs still carry.
 pub const GONE: &str = "gone";
 
 const GONE_MAGIC: &str = "oubli-s3 gone v1";
+/// The header of a gone list written under generation G > 0: `... v2 G`.
+const GONE_MAGIC_2: &str = "oubli-s3 gone v2 ";
 
-/// The gone list's body: a header line, then one hexadecimal id a line.
-pub fn encode_gone(ids: impl IntoIterator<Item = SegmentId>) -> Vec<u8> {
-    let mut out = format!("{GONE_MAGIC}\n");
+/// The gone list's body: a header line (naming the generation that wrote
+/// it, after generation 0), then one hexadecimal id a line.
+pub fn encode_gone(ids: impl IntoIterator<Item = SegmentId>, generation: u64) -> Vec<u8> {
+    let mut out = if generation == 0 {
+        format!("{GONE_MAGIC}\n")
+    } else {
+        format!("{GONE_MAGIC_2}{generation:x}\n")
+    };
     for id in ids {
         out.push_str(&format!("{id:08x}\n"));
     }
@@ -65,22 +155,44 @@ pub fn encode_gone(ids: impl IntoIterator<Item = SegmentId>) -> Vec<u8> {
 
 /// The ids a gone list holds (`None`: not a gone list).
 pub fn decode_gone(body: &[u8]) -> Option<Vec<SegmentId>> {
+    gone_generation(body)?;
     let text = std::str::from_utf8(body).ok()?;
     let mut lines = text.lines();
-    (lines.next()? == GONE_MAGIC).then_some(())?;
+    lines.next()?;
     lines
         .map(|l| SegmentId::from_str_radix(l, 16).ok())
         .collect()
 }
 
+/// The generation that wrote a gone list (`None`: not a gone list).
+pub fn gone_generation(body: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(body).ok()?;
+    let first = text.lines().next()?;
+    if first == GONE_MAGIC {
+        return Some(0);
+    }
+    u64::from_str_radix(first.strip_prefix(GONE_MAGIC_2)?, 16).ok()
+}
+
 /// Parses an object's name relative to the store's prefix.
 pub fn parse(name: &str) -> Object {
+    let (name, generation) = match name.rsplit_once("-g") {
+        Some((base, g)) => match u64::from_str_radix(g, 16) {
+            Ok(g) if g > 0 => (base, g),
+            _ => return Object::Other,
+        },
+        None => (name, 0),
+    };
     let hex64 = |s: &str| u64::from_str_radix(s, 16).ok();
     let hex32 = |s: &str| SegmentId::from_str_radix(s, 16).ok();
     if let Some(rest) = name.strip_prefix("seg/") {
         if let Some((id, offset)) = rest.split_once('/') {
             if let (Some(id), Some(offset)) = (hex32(id), hex64(offset)) {
-                return Object::Run { id, offset };
+                return Object::Run {
+                    id,
+                    offset,
+                    generation,
+                };
             }
         }
     } else if let Some(rest) = name.strip_prefix("pack/") {
@@ -97,7 +209,7 @@ pub fn parse(name: &str) -> Object {
             })
             .collect();
         if let Some(pieces) = pieces.filter(|p| !p.is_empty() && p.len() <= PACK_PIECES) {
-            return Object::Pack(pieces);
+            return Object::Pack(pieces, generation);
         }
     }
     Object::Other
@@ -108,8 +220,8 @@ pub fn parse(name: &str) -> Object {
 /// not match its name yields what its body covers.
 pub fn pieces_of<'a>(name: &str, body: &'a [u8]) -> Vec<(SegmentId, u64, &'a [u8])> {
     match parse(name) {
-        Object::Run { id, offset } => vec![(id, offset, body)],
-        Object::Pack(pieces) => {
+        Object::Run { id, offset, .. } => vec![(id, offset, body)],
+        Object::Pack(pieces, _) => {
             let mut out = Vec::new();
             let mut at = 0usize;
             for p in pieces {
@@ -131,13 +243,18 @@ mod tests {
 
     #[test]
     fn names_parse_back() {
-        assert_eq!(
-            parse(&run_name(0x2a, 4096)),
-            Object::Run {
-                id: 0x2a,
-                offset: 4096
-            }
-        );
+        for generation in [0, 1, 0x1f, u64::MAX] {
+            assert_eq!(
+                parse(&run_name(0x2a, 4096, generation)),
+                Object::Run {
+                    id: 0x2a,
+                    offset: 4096,
+                    generation
+                }
+            );
+        }
+        assert_eq!(run_name(1, 2, 0), "seg/00000001/0000000000000002");
+        assert_eq!(run_name(1, 2, 0x1f), "seg/00000001/0000000000000002-g1f");
         let pieces = vec![
             Piece {
                 id: 7,
@@ -150,7 +267,11 @@ mod tests {
                 len: 0x400_0000,
             },
         ];
-        assert_eq!(parse(&pack_name(&pieces)), Object::Pack(pieces));
+        assert_eq!(
+            parse(&pack_name(&pieces, 0)),
+            Object::Pack(pieces.clone(), 0)
+        );
+        assert_eq!(parse(&pack_name(&pieces, 7)), Object::Pack(pieces, 7));
         for other in [
             "superblocks",
             "lock",
@@ -159,6 +280,11 @@ mod tests {
             "pack/1.2.3.4",
             "pack/",
             "gone",
+            "seal/0000000000000001",
+            "seg/00000001/0000000000000002-g",
+            "seg/00000001/0000000000000002-g0",
+            "seg/00000001/0000000000000002-gzz",
+            "seg/00000001/0000000000000002~1",
         ] {
             assert_eq!(parse(other), Object::Other, "{other}");
         }
@@ -166,11 +292,12 @@ mod tests {
 
     #[test]
     fn gone_lists_read_back() {
-        assert_eq!(
-            decode_gone(&encode_gone([3, 0xffff_ffff])),
-            Some(vec![3, 0xffff_ffff])
-        );
-        assert_eq!(decode_gone(&encode_gone([])), Some(vec![]));
+        for generation in [0, 5] {
+            let body = encode_gone([3, 0xffff_ffff], generation);
+            assert_eq!(decode_gone(&body), Some(vec![3, 0xffff_ffff]));
+            assert_eq!(gone_generation(&body), Some(generation));
+            assert_eq!(decode_gone(&encode_gone([], generation)), Some(vec![]));
+        }
         assert_eq!(decode_gone(b"something else\n1\n"), None);
         assert_eq!(decode_gone(b"oubli-s3 gone v1\nzz\n"), None);
     }
@@ -182,7 +309,7 @@ mod tests {
             offset: u64::from(u32::MAX),
             len: u64::from(u32::MAX),
         };
-        let name = pack_name(&[widest; PACK_PIECES]);
+        let name = pack_name(&[widest; PACK_PIECES], u64::MAX);
         assert!(name.len() - "pack/".len() <= 255, "{}", name.len());
     }
 
@@ -200,13 +327,30 @@ mod tests {
                 len: 2,
             },
         ];
-        let got = pieces_of(&pack_name(&pieces), b"abcde");
+        let got = pieces_of(&pack_name(&pieces, 3), b"abcde");
         assert_eq!(got, vec![(1, 5, &b"abc"[..]), (2, 0, &b"de"[..])]);
         // A short body: only what it covers.
         assert_eq!(
-            pieces_of(&pack_name(&pieces), b"abcd"),
+            pieces_of(&pack_name(&pieces, 0), b"abcd"),
             vec![(1, 5, &b"abc"[..])]
         );
-        assert_eq!(pieces_of(&run_name(3, 8), b"xy"), vec![(3, 8, &b"xy"[..])]);
+        assert_eq!(
+            pieces_of(&run_name(3, 8, 2), b"xy"),
+            vec![(3, 8, &b"xy"[..])]
+        );
+    }
+
+    #[test]
+    fn seals_read_back() {
+        let body = encode_seal([(1, 0x40), (0xffff_ffff, 0)], [7]);
+        let seal = decode_seal(&body).unwrap();
+        assert_eq!(
+            seal.ends.into_iter().collect::<Vec<_>>(),
+            vec![(1, 0x40), (0xffff_ffff, 0)]
+        );
+        assert_eq!(seal.gone, vec![7]);
+        assert_eq!(decode_seal(b"oubli-s3 seal v1\nend 1\n"), None);
+        assert_eq!(parse_seal_name(&seal_name(0x2a)), Some(0x2a));
+        assert_eq!(parse_seal_name("seal/2a"), None);
     }
 }

@@ -98,7 +98,9 @@ fn a_store_in_a_versioned_bucket_from_init_to_purged_versions() {
             .versions("cli", "team/store/")
             .unwrap()
             .into_iter()
-            .filter(|v| v.delete_marker || !v.is_latest)
+            // Current delete markers stay, and so does the lock's version
+            // held during the purge.
+            .filter(|v| !v.is_latest && v.key != "team/store/lock")
             .count()
     };
     assert!(old(&admin) > 0, "a versioned bucket keeps old versions");
@@ -166,6 +168,83 @@ fn a_second_writer_elsewhere_is_refused_while_a_mount_holds_the_store() {
     cmd("b").args(["ls"]).assert().success().stdout("big\n");
 }
 
+/// Issue 40: two containers of one machine share the boot id but not their
+/// pids. A writer started in a pid namespace of its own (`unshare -pf
+/// --mount-proc`, its own state directory) must not take the lock of a
+/// live holder whose pid it cannot see; the holder's write survives.
+#[test]
+fn a_writer_in_another_pid_namespace_does_not_take_a_live_holders_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
+        return;
+    };
+    let ok = std::process::Command::new("unshare")
+        .args(["-pf", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "unshare -pf --mount-proc needs root (the tests run as root)"
+    );
+    let url = server.bucket("containers", false, "").to_string();
+    let cmd = |state: &str| oubli(dir.path(), &server, &url, state);
+    cmd("a")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"));
+    holder
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("a"))
+        .env("OUBLI_STORE", &url)
+        .env("OUBLI_VAULT", dir.path().join("vault"))
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .envs(server.env())
+        .args(["put", "held", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut holder = holder.spawn().unwrap();
+    std::io::Write::write_all(holder.stdin.as_mut().unwrap(), b"the holder's bytes").unwrap();
+    // The holder has its lock (a writer elsewhere is refused)...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let lock = server.data.join("containers/lock");
+    while !std::fs::read_to_string(&lock)
+        .is_ok_and(|t| t.contains("pid ") && !t.contains("released"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never took the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // ... and "another container" starts a writer: pid 1 of its own namespace.
+    let mut other = std::process::Command::new("unshare");
+    other
+        .args(["-pf", "--mount-proc"])
+        .arg(assert_cmd::cargo::cargo_bin("oubli"))
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("b"))
+        .env("OUBLI_STORE", &url)
+        .env("OUBLI_VAULT", dir.path().join("vault"))
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .envs(server.env())
+        .args(["put", "intruder", "-"]);
+    Command::from_std(other)
+        .write_stdin("x")
+        .assert()
+        .code(11)
+        .stderr(predicate::str::contains("in use by pid"));
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success(), "the holder's write");
+    cmd("b")
+        .args(["get", "held", "-"])
+        .assert()
+        .success()
+        .stdout("the holder's bytes");
+    cmd("b").args(["ls"]).assert().success().stdout("held\n");
+}
+
 /// Issue 40 item 3: the local state directory of a store on S3 (its lock
 /// and control socket), and the parents made for it under
 /// `$XDG_STATE_HOME`, are the owner's only from the start, whether `init`
@@ -211,4 +290,80 @@ fn the_state_directory_of_a_store_on_s3_is_private() {
     }
     assert_eq!(locks, 2, "a lock file in each state directory");
     assert!(open.is_empty(), "not private: {open:#?}");
+}
+
+/// Issue 40: `gc --purge-versions` purges under the store's lock (the
+/// lock's release is the one thing written after it) and never deletes a
+/// current delete marker (which would make the version under it current
+/// again: a deleted run or pack back in every listing).
+#[test]
+fn gc_purge_versions_keeps_current_delete_markers_and_runs_under_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
+        return;
+    };
+    let at = server.bucket("markers", true, "s");
+    let url = at.to_string();
+    let cmd = |state: &str| oubli(dir.path(), &server, &url, state);
+    cmd("here")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    let file = dir.path().join("f");
+    std::fs::write(&file, "MARKER-deleted").unwrap();
+    cmd("here")
+        .args(["put", "doomed"])
+        .arg(&file)
+        .assert()
+        .success();
+    cmd("here")
+        .args(["put", "kept"])
+        .arg(&file)
+        .assert()
+        .success();
+    cmd("here")
+        .args(["rm", "doomed", "--purge"])
+        .assert()
+        .success();
+    // Cleaning deletes whole objects (runs, packs): delete markers.
+    cmd("here")
+        .args(["gc", "--threshold", "1"])
+        .assert()
+        .success();
+    let admin = server.admin();
+    let deleted: Vec<String> = admin
+        .versions("markers", "s/")
+        .unwrap()
+        .into_iter()
+        .filter(|v| v.delete_marker && v.is_latest)
+        .map(|v| v.key)
+        .collect();
+    assert!(!deleted.is_empty(), "rm --purge deleted objects");
+    cmd("here")
+        .args(["gc", "--purge-versions"])
+        .assert()
+        .success();
+    let after = admin.versions("markers", "s/").unwrap();
+    for key in &deleted {
+        let of_key: Vec<_> = after.iter().filter(|v| &v.key == key).collect();
+        assert!(
+            of_key.iter().all(|v| v.delete_marker && v.is_latest) && !of_key.is_empty(),
+            "{key}: its current delete marker must stay, alone: {of_key:?}"
+        );
+    }
+    // Old versions of everything else are gone, but for the lock's own
+    // last held version: the lock was released after the purge.
+    let lock: Vec<_> = after.iter().filter(|v| v.key == "s/lock").collect();
+    assert_eq!(
+        lock.len(),
+        2,
+        "held during the purge, released after: {lock:?}"
+    );
+    let old: Vec<_> = after
+        .iter()
+        .filter(|v| !v.is_latest && v.key != "s/lock")
+        .collect();
+    assert!(old.is_empty(), "{old:?}");
+    cmd("here").args(["ls"]).assert().success().stdout("kept\n");
+    cmd("here").args(["get", "kept", "-"]).assert().success();
 }

@@ -419,10 +419,8 @@ pub fn gc(
         ui::size(report.bytes_moved),
         session.store.epoch()
     );
-    // After the session (and its lock) is gone, so that the lock's own
-    // release is purged too. No lock is needed: only noncurrent versions
-    // go, and the store only ever reads current ones.
-    drop(session);
+    // Under the store's lock (the session holds it): no other writer
+    // deletes meanwhile, so no object it deletes comes back.
     if let (true, Some(at)) = (purge_versions, &g.remote) {
         let purged = purge_old_versions(at).map_err(|e| {
             g.fail(Error::Io {
@@ -434,16 +432,21 @@ pub fn gc(
             "gc: {purged} old version(s) and delete marker(s) removed from the bucket\n"
         ));
     }
+    drop(session);
     Ok(out)
 }
 
 /// Deletes every version of the store's objects that is not the current
-/// one (older versions, delete markers) from a versioned bucket.
+/// one (older versions, delete markers that are no longer current) from a
+/// versioned bucket. A current delete marker stays: deleting it would make
+/// the version under it current again, bringing a deleted object back to
+/// any listing made before that version is purged (or for good, should
+/// the purge stop there).
 fn purge_old_versions(at: &oubli_s3::S3Location) -> std::io::Result<usize> {
     let admin = oubli_s3::Admin::new(&oubli_s3::S3Config::from_env()?)?;
     let versions = admin.versions(&at.bucket, &at.prefix)?;
     let mut purged = 0;
-    for v in versions.iter().filter(|v| v.delete_marker || !v.is_latest) {
+    for v in versions.iter().filter(|v| !v.is_latest) {
         admin.delete_version(&at.bucket, &v.key, &v.version_id)?;
         purged += 1;
     }

@@ -1109,6 +1109,79 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
     }
 
+    /// A tmpfs of `size` at a fresh directory, unmounted when dropped;
+    /// `None` where mounting is not allowed (not root).
+    struct SmallFs(tempfile::TempDir);
+
+    impl SmallFs {
+        fn mount(size: &str) -> Option<SmallFs> {
+            use std::os::unix::ffi::OsStrExt;
+            let dir = tempfile::tempdir().unwrap();
+            let target = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+            let fstype = std::ffi::CString::new("tmpfs").unwrap();
+            let opts = std::ffi::CString::new(format!("size={size}")).unwrap();
+            // SAFETY: FFI with valid C strings.
+            let rc = unsafe {
+                libc::mount(
+                    fstype.as_ptr(),
+                    target.as_ptr(),
+                    fstype.as_ptr(),
+                    0,
+                    opts.as_ptr().cast(),
+                )
+            };
+            if rc != 0 {
+                eprintln!(
+                    "skipped: mounting a tmpfs needs root ({})",
+                    io::Error::last_os_error()
+                );
+                return None;
+            }
+            Some(SmallFs(dir))
+        }
+    }
+
+    impl Drop for SmallFs {
+        fn drop(&mut self) {
+            use std::os::unix::ffi::OsStrExt;
+            let target = std::ffi::CString::new(self.0.path().as_os_str().as_bytes()).unwrap();
+            // SAFETY: FFI with a valid C string.
+            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+
+    /// An append that the file system cuts short with ENOSPC is rolled
+    /// back: the segment ends where it did, reads and the length say so
+    /// (no torn tail), and once there is room the same append goes
+    /// through at the same offset. `space` reports the file system's
+    /// room. (Needs root for a 2 MiB tmpfs.)
+    #[test]
+    fn an_append_cut_short_by_enospc_is_rolled_back() {
+        let Some(fs) = SmallFs::mount("2m") else {
+            return;
+        };
+        let m = DirMedium::create(fs.0.path().join("store")).unwrap();
+        let space = m.space().unwrap().unwrap();
+        assert_eq!(space.total, 2 << 20);
+        assert!(space.free <= space.total && space.free > 1 << 20, "{space:?}");
+        let head = vec![7u8; 512 << 10];
+        m.append(1, 0, &head).unwrap();
+        // Another segment takes most of what is left.
+        m.append(2, 0, &vec![1u8; 1 << 20]).unwrap();
+        let big = vec![9u8; 1 << 20];
+        let err = m.append(1, head.len() as u64, &big).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+        assert_eq!(m.segment_len(1).unwrap(), Some(head.len() as u64));
+        let on_disk = fs::metadata(m.seg_path(1)).unwrap().len();
+        assert_eq!(on_disk, head.len() as u64, "a torn tail stayed on disk");
+        assert!(m.space().unwrap().unwrap().free < 1 << 20);
+        // Room again: the same append at the same offset.
+        m.delete_segment(2).unwrap();
+        m.append(1, head.len() as u64, &big).unwrap();
+        m.sync().unwrap();
+        assert_eq!(read_all(&m, 1), [head, big].concat());
+    }
+
     #[test]
     fn concurrent_appends_and_reads() {
         let (_d, m) = store();

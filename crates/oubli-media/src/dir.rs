@@ -1163,7 +1163,10 @@ mod tests {
         let m = DirMedium::create(fs.0.path().join("store")).unwrap();
         let space = m.space().unwrap().unwrap();
         assert_eq!(space.total, 2 << 20);
-        assert!(space.free <= space.total && space.free > 1 << 20, "{space:?}");
+        assert!(
+            space.free <= space.total && space.free > 1 << 20,
+            "{space:?}"
+        );
         let head = vec![7u8; 512 << 10];
         m.append(1, 0, &head).unwrap();
         // Another segment takes most of what is left.

@@ -177,6 +177,23 @@ pub fn cut_rotation(
     nth: usize,
     tear: TearMode,
 ) -> bool {
+    cut_rotation_at(workload, seed, scheme, nth, VaultCut::BetweenSteps, tear)
+}
+
+/// [`cut_rotation`] with the `nth` commit's vault write cut at `cut`:
+/// before anything reached the vault (the commit fails, the epoch stays
+/// open: the reopen finds the acknowledged state of that epoch), after the
+/// whole write (the commit is done: the reopen is at the new epoch), or
+/// between its two steps. In every case the reopened vault holds one
+/// record and nothing committed as deleted opens.
+pub fn cut_rotation_at(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    nth: usize,
+    cut: VaultCut,
+    tear: TearMode,
+) -> bool {
     let options = harness::options(seed);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
         harness::TEST_SEGMENT,
@@ -185,31 +202,38 @@ pub fn cut_rotation(
         harness::create_flaky_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
     let mut commits = 0;
-    let mut cut = false;
+    let mut struck = false;
     for step in &workload.steps {
         if *step == Step::Commit {
             if commits == nth {
-                vault.cut_between_steps_next_store();
-                vault.fail_erase(true);
-                match store.commit() {
-                    Err(oubli_core::Error::ErasureIncomplete { .. }) => {}
-                    other => panic!("a cut rotation must report incomplete erasure, got {other:?}"),
+                arm(&vault, cut);
+                let committed = match (cut, store.commit()) {
+                    (VaultCut::BetweenSteps, Err(oubli_core::Error::ErasureIncomplete { .. })) => {
+                        assert!(
+                            vault.readable_records().expect("vault").len() > 1,
+                            "the cut left the old key readable"
+                        );
+                        true
+                    }
+                    (VaultCut::AfterWrite, Ok(())) => true,
+                    (VaultCut::BeforeWrite, Err(oubli_core::Error::Vault(_))) => false,
+                    (cut, other) => {
+                        panic!("a rotation cut {cut:?} must not end with {other:?}")
+                    }
+                };
+                if committed {
+                    // The epoch did end: the new superblock holds everything.
+                    runner.acked = runner.model.clone();
+                    runner.note_commit();
                 }
-                assert!(
-                    vault.readable_records().expect("vault").len() > 1,
-                    "the cut left the old key readable"
-                );
-                // The epoch did end: the new superblock holds everything.
-                runner.acked = runner.model.clone();
-                runner.note_commit();
-                cut = true;
+                struck = true;
                 break;
             }
             commits += 1;
         }
         runner.step(&store, step).expect("workload step");
     }
-    if !cut {
+    if !struck {
         return false;
     }
     drop(store);
@@ -220,20 +244,203 @@ pub fn cut_rotation(
         vault.clone(),
         options.clone(),
     )
-    .unwrap_or_else(|e| panic!("store does not reopen after a cut rotation ({tear:?}): {e}"));
-    assert_eq!(
-        runner.acked.diff(&reopened),
-        None,
-        "a cut rotation ({tear:?}) lost acknowledged writes"
-    );
+    .unwrap_or_else(|e| {
+        panic!("store does not reopen after a cut rotation ({cut:?}, {tear:?}): {e}")
+    });
+    if let (Some(acked), Some(in_flight)) =
+        (runner.acked.diff(&reopened), runner.model.diff(&reopened))
+    {
+        panic!(
+            "a cut rotation ({cut:?}, {tear:?}) matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
+        );
+    }
     let held = vault.readable_records().expect("vault");
-    assert_eq!(held.len(), 1, "the reopen left an older key in the vault");
+    assert_eq!(
+        held.len(),
+        1,
+        "the reopen left an older key in the vault ({cut:?}, {tear:?})"
+    );
     for adversary in [Adversary::seize(&recording), Adversary::seize(&crashed)] {
         let recovered = adversary.recovered_markers(&held, options.provider.clone());
         let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
         assert!(
             leaked.is_empty(),
-            "after a cut rotation ({tear:?}) deletions of the ended epoch are recoverable: {leaked:?}"
+            "after a cut rotation ({cut:?}, {tear:?}) deletions of the ended epoch are recoverable: {leaked:?}"
+        );
+    }
+    true
+}
+
+/// Where a vault write is cut: inside its steps or between them. Every real
+/// vault writes a new record, then destroys the old one (DESIGN §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VaultCut {
+    /// The write fails before anything reaches the vault.
+    BeforeWrite,
+    /// The new record is in and the old one destroyed, but the call fails
+    /// (the power went before the caller heard back).
+    AfterWrite,
+    /// The new record is in, the old one still readable, and the vault
+    /// cannot destroy it until the process is gone.
+    BetweenSteps,
+}
+
+pub const VAULT_CUTS: [VaultCut; 3] = [
+    VaultCut::BeforeWrite,
+    VaultCut::AfterWrite,
+    VaultCut::BetweenSteps,
+];
+
+/// Arms `vault` so that its next `store` is cut at `cut`.
+fn arm<V: Vault>(vault: &oubli_vault::FlakyVault<V>, cut: VaultCut) {
+    match cut {
+        VaultCut::BeforeWrite => vault.fail_next_stores(1),
+        VaultCut::AfterWrite => vault.fail_after_write_next_store(),
+        VaultCut::BetweenSteps => {
+            vault.cut_between_steps_next_store();
+            vault.fail_erase(true);
+        }
+    }
+}
+
+/// Runs the workload (which must destroy key shares) and cuts the `nth`
+/// share destruction's write to the share vault at `cut`; the process dies
+/// there (the medium loses power, `tear` deciding what unsynced writes
+/// survive). The store must reopen with the acknowledged state (under a
+/// share whose vault holds the random key, objects read as destroyed); a
+/// retried `share_destroy` must finish (or, cut before the vault changed,
+/// destroy the share for the first time); the share vault must then hold
+/// nothing older; and an adversary holding every byte ever written, the
+/// main vault's whole content and every share vault's must open nothing
+/// deleted before the last commit and nothing under a destroyed share.
+/// Returns `false` if the workload has fewer than `nth + 1` destructions.
+pub fn cut_share_destroy(
+    workload: &Workload,
+    seed: u64,
+    scheme: u8,
+    nth: usize,
+    cut: VaultCut,
+    tear: TearMode,
+) -> bool {
+    let options = harness::options(seed);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
+    let mut runner = Runner::default();
+    let mut destroys = 0;
+    let mut struck = None;
+    for step in &workload.steps {
+        if let Step::ShareDestroy { pick } = step {
+            // The share the step picks (as `Runner::step` does).
+            let live: Vec<usize> = (0..runner.shares.len())
+                .filter(|&i| !runner.shares[i].2)
+                .collect();
+            if !live.is_empty() && destroys == nth {
+                let picked = live[*pick as usize % live.len()];
+                let destroyed_before = (
+                    runner.model.destroyed.clone(),
+                    runner.acked.destroyed.clone(),
+                );
+                arm(&runner.shares[picked].1, cut);
+                // Told "failed" after the whole write, the engine asks the
+                // vault and finishes; cut before or between, it fails.
+                let done = runner.step(&store, step).is_ok();
+                assert_eq!(
+                    done,
+                    cut == VaultCut::AfterWrite,
+                    "a share destruction cut {cut:?}"
+                );
+                if cut == VaultCut::BeforeWrite {
+                    // Nothing changed: the share is live, its data too.
+                    runner.shares[picked].2 = false;
+                    (runner.model.destroyed, runner.acked.destroyed) = destroyed_before;
+                }
+                struck = Some(picked);
+                break;
+            }
+            if !live.is_empty() {
+                destroys += 1;
+            }
+        }
+        runner.step(&store, step).expect("workload step");
+    }
+    let Some(picked) = struck else {
+        return false;
+    };
+    let (name, share_vault) = (
+        runner.shares[picked].0.clone(),
+        runner.shares[picked].1.clone(),
+    );
+    if cut == VaultCut::BetweenSteps {
+        assert_eq!(
+            share_vault.readable_records().expect("share vault").len(),
+            2,
+            "the cut left the share's key readable"
+        );
+    }
+    drop(store);
+    share_vault.fail_erase(false);
+    let crashed = Arc::new(RecordingMedium::new(recording.inner().crash(tear, seed)));
+    let reopened = Store::open(
+        crashed.clone() as Arc<dyn Medium>,
+        vault.clone(),
+        options.clone(),
+    )
+    .unwrap_or_else(|e| {
+        panic!("store does not reopen after a cut share destruction ({cut:?}, {tear:?}): {e}")
+    });
+    reopened.set_share_opener(runner.share_opener());
+    if let (Some(acked), Some(in_flight)) =
+        (runner.acked.diff(&reopened), runner.model.diff(&reopened))
+    {
+        panic!(
+            "after a cut share destruction ({cut:?}, {tear:?}) the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
+        );
+    }
+    // The retry finishes the job (the first try, if the vault never changed;
+    // nothing is left to do if the call finished).
+    if cut == VaultCut::BeforeWrite {
+        let doomed: Vec<u64> = runner
+            .model
+            .share_of
+            .iter()
+            .filter(|(_, s)| **s == picked)
+            .map(|(oid, _)| *oid)
+            .collect();
+        runner.model.destroyed.extend(&doomed);
+        runner.shares[picked].2 = true;
+    }
+    if cut != VaultCut::AfterWrite {
+        reopened
+            .share_destroy(&name, &*share_vault)
+            .unwrap_or_else(|e| {
+                panic!("a retried share destruction failed ({cut:?}, {tear:?}): {e}")
+            });
+        runner.acked = runner.model.clone();
+        runner.note_commit();
+    }
+    assert_eq!(
+        runner.acked.diff(&reopened),
+        None,
+        "after the retry ({cut:?}, {tear:?})"
+    );
+    assert_eq!(
+        share_vault.readable_records().expect("share vault").len(),
+        1,
+        "the share vault still holds an older record ({cut:?}, {tear:?})"
+    );
+    assert!(reopened.share_leftovers().is_empty());
+    let held = vault.readable_records().expect("vault");
+    let shares = runner.share_keys();
+    for adversary in [Adversary::seize(&recording), Adversary::seize(&crashed)] {
+        let recovered =
+            adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
+        let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
+        assert!(
+            leaked.is_empty(),
+            "after a cut share destruction ({cut:?}, {tear:?}) deleted or destroyed data opens: {leaked:?}"
         );
     }
     true

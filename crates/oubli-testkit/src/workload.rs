@@ -5,7 +5,7 @@ use crate::model::Model;
 use oubli_core::{Error, Store, Vault, ROOT_DIR};
 use oubli_crypto::SecretKey;
 use oubli_media::SplitMix64;
-use oubli_vault::MemoryVault;
+use oubli_vault::{FlakyVault, MemoryVault};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -155,8 +155,12 @@ impl Workload {
     }
 }
 
+/// A share vault of a workload: in memory, with failures a test can inject
+/// (the crash sweep cuts its rotations).
+pub type ShareVault = FlakyVault<MemoryVault>;
+
 /// Share vaults by address, shared with the stores' openers.
-type ShareVaults = Arc<Mutex<Vec<(String, Arc<MemoryVault>)>>>;
+type ShareVaults = Arc<Mutex<Vec<(String, Arc<ShareVault>)>>>;
 
 /// Runs steps against a store while keeping the model and the two halves of
 /// the guarantee: what was acknowledged (by a flush or commit) and which
@@ -173,7 +177,7 @@ pub struct Runner {
     next_write: u64,
     next_snapshot: u64,
     /// Every share created (name, its vault, destroyed?), in id order.
-    pub shares: Vec<(String, Arc<MemoryVault>, bool)>,
+    pub shares: Vec<(String, Arc<ShareVault>, bool)>,
     /// The share vaults the store's opener reaches, by address.
     share_vaults: ShareVaults,
 }
@@ -325,7 +329,7 @@ impl Runner {
             Step::ShareCreate => {
                 let name = format!("t{}", self.shares.len() + 1);
                 let address = format!("mem:{name}");
-                let vault = Arc::new(MemoryVault::empty());
+                let vault = Arc::new(FlakyVault::new(MemoryVault::empty()));
                 let v = vault.clone();
                 // Reachable before the store records it: a cut in the
                 // flush may leave the share recorded.

@@ -2,7 +2,8 @@
 
 use oubli_media::{Fault, TearMode};
 use oubli_testkit::crash::{
-    count_points, count_points_and_rewrites, cut_at, cut_rotation, CutMode,
+    count_points, count_points_and_rewrites, cut_at, cut_rotation, cut_rotation_at,
+    cut_share_destroy, CutMode, VaultCut, VAULT_CUTS,
 };
 use oubli_testkit::harness::{scheme_name, SCHEMES};
 use oubli_testkit::workload::{Step, Workload};
@@ -185,5 +186,75 @@ fn every_rotation_cut_between_its_two_vault_steps() {
             scheme_name(scheme)
         );
         assert!(cuts >= 3 * 15, "only {cuts} cuts");
+    }
+}
+
+/// Issue 39 item 3: every rotation of the store's vault also cut inside its
+/// steps — before anything reached the vault (the epoch stays open) and
+/// after the whole write, the caller not told (the commit is done) — with
+/// the medium's unsynced writes dropped or torn: each reopens with the
+/// acknowledged state, one key in the vault, and nothing committed as
+/// deleted opens.
+#[test]
+fn every_rotation_cut_inside_its_vault_steps() {
+    let seed = 23;
+    let workload = Workload::generate(seed, 240, 48 * 1024, 12);
+    for scheme in SCHEMES {
+        let mut cuts = 0;
+        for nth in 0.. {
+            let mut reached = false;
+            for cut in [VaultCut::BeforeWrite, VaultCut::AfterWrite] {
+                for tear in [TearMode::DropUnsynced, TearMode::Torn] {
+                    reached = cut_rotation_at(&workload, seed, scheme, nth, cut, tear);
+                    if !reached {
+                        break;
+                    }
+                    cuts += 1;
+                }
+            }
+            if !reached {
+                break;
+            }
+        }
+        println!(
+            "rotation sweep ({}): {cuts} rotations cut inside their vault steps",
+            scheme_name(scheme)
+        );
+        assert!(cuts >= 4 * 15, "only {cuts} cuts");
+    }
+}
+
+/// Issue 39 item 3: every share destruction of a workload cut at the share
+/// vault — before its write, after it, and between its two steps (the
+/// random key in, the share's key still readable) — then the power: each
+/// reopens with the acknowledged state, the retried destruction finishes,
+/// the share vault holds nothing older, and nothing deleted or under a
+/// destroyed share opens for an adversary holding every vault's content.
+#[test]
+fn every_share_destruction_cut_before_inside_and_between_its_vault_steps() {
+    let seed = 43;
+    let workload = Workload::with_shares(seed, 300, 48 * 1024, 20);
+    for scheme in SCHEMES {
+        let mut cuts = 0;
+        for nth in 0.. {
+            let mut reached = false;
+            for cut in VAULT_CUTS {
+                for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
+                    reached = cut_share_destroy(&workload, seed, scheme, nth, cut, tear);
+                    if !reached {
+                        break;
+                    }
+                    cuts += 1;
+                }
+            }
+            if !reached {
+                break;
+            }
+        }
+        println!(
+            "share destruction sweep ({}): {cuts} destructions cut at their vault",
+            scheme_name(scheme)
+        );
+        assert!(cuts >= 2 * 9, "only {cuts} cuts");
     }
 }

@@ -32,9 +32,9 @@ mod vectors;
 pub use audit::{AuditReport, Recovered, Recovery};
 pub use engine::{
     name_hash, reserve_for, CleanerPolicy, CleanerProgress, ConsolidateReport, CreateOptions,
-    EpochPolicy, FsckReport, GcReport, Options, Overhead, ShareInfo, ShareLeftover, ShareOpener, SnapshotInfo,
-    SnapshotUsage, SpaceInfo, Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE, ROOT_DIR,
-    SHARE_DESTROYED, SMALL_CELL_SIZE,
+    EpochPolicy, FsckReport, GcReport, Options, Overhead, ShareInfo, ShareLeftover, ShareOpener,
+    SnapshotInfo, SnapshotUsage, SpaceInfo, Status, Store, VaultFailurePolicy, DEFAULT_CELL_SIZE,
+    ROOT_DIR, SHARE_DESTROYED, SMALL_CELL_SIZE,
 };
 pub use error::{Error, Result};
 pub use log::TallyCadence;

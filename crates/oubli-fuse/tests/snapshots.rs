@@ -287,3 +287,59 @@ fn a_directory_marked_with_a_share_places_new_files_under_it() {
     // New files cannot be placed under a destroyed share.
     assert_eq!(errno(File::create(p("tenant/later"))), libc::EINVAL);
 }
+
+/// Issue 39 item 4 through the mount: `user.oubli.share` set on a file
+/// while a large write to it is held at the gate between sealing its whole
+/// cells (outside the engine lock) and taking the lock. The mount handles
+/// both under the file's own lock, so the xattr waits for the write and is
+/// then refused (EBUSY: the file holds data); every byte reads back and
+/// the file is under no share. (The engine's own re-check under its lock,
+/// for callers that do not serialise, is tested in oubli-testkit's
+/// `shares::a_share_placed_while_a_large_write_seals_covers_all_its_cells`.)
+#[test]
+fn a_share_xattr_set_while_a_large_write_seals_waits_and_loses_nothing() {
+    if !fuse_available() {
+        return;
+    }
+    let gate = std::sync::Arc::new(oubli_testkit::gate::GateProvider::new(
+        oubli_core::Options::default().provider,
+    ));
+    let mut options = store_options();
+    options.provider = gate.clone();
+    let m = Mounted::new(
+        store_on(std::sync::Arc::new(oubli_media::MemMedium::new()), options),
+        default_options(),
+    );
+    let share_vault = std::sync::Arc::new(MemoryVault::empty());
+    let sv = share_vault.clone();
+    m.store
+        .share_create("tenant", "mem:tenant", move |r: &VaultRecord| {
+            oubli_core::Vault::store(&*sv, r)?;
+            Ok(sv)
+        })
+        .unwrap();
+    let path = m.path("big");
+    File::create(&path).unwrap();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    gate.hold();
+    let writer = {
+        let (path, data) = (path.clone(), data.clone());
+        std::thread::spawn(move || {
+            let mut f = OpenOptions::new().write(true).open(&path)?;
+            f.write_all(&data)?;
+            f.sync_all()
+        })
+    };
+    // The write has sealed its first cells and waits before the lock.
+    gate.wait_for_waiters(1);
+    let setter = {
+        let path = path.clone();
+        std::thread::spawn(move || setxattr(&path, "user.oubli.share", b"tenant", 0))
+    };
+    gate.release();
+    writer.join().unwrap().unwrap();
+    assert_eq!(errno(setter.join().unwrap()), libc::EBUSY);
+    assert!(fs::read(&path).unwrap() == data, "the data reads back");
+    let oid = fs::metadata(&path).unwrap().ino();
+    assert_eq!(m.store.share_of(oid).unwrap(), None);
+}

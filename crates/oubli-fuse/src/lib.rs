@@ -131,6 +131,10 @@ impl fmt::Display for Unfinished {
                 None => write!(f, "; {n} deletions are still recoverable")?,
                 // Those in the intent log stay pending; the others were
                 // never stored, and their names come back.
+                Some(_) if n == 1 => write!(
+                    f,
+                    "; 1 deletion was not committed: if it was flushed before, it stays recoverable, otherwise it is undone"
+                )?,
                 Some(_) => write!(
                     f,
                     "; {n} deletions were not committed: those flushed before stay recoverable, the others are undone"

@@ -4,12 +4,12 @@
 //! here: they fail the test when swtpm or softhsm2 is missing, unless
 //! `OUBLI_SKIP_HW=1`.
 
+mod common;
 #[path = "../../oubli-vault/tests/common/mod.rs"]
 mod hw;
 
 use assert_cmd::Command;
 use hw::{SoftHsm, Swtpm, SOFTHSM_MODULE};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -80,6 +80,42 @@ impl Env {
             .output()
             .unwrap();
         (out.status.code().unwrap_or(-1), out.stdout)
+    }
+
+    /// `oubli serve --export disk --size 1M --socket DIR/nbd.sock` and
+    /// `extra`, once it listens; its stderr goes to DIR/serve.log.
+    fn serve(&self, extra: &[&str]) -> std::process::Child {
+        let sock = self.dir.path().join("nbd.sock");
+        let log = self.dir.path().join("serve.log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oubli"));
+        cmd.env_remove("OUBLI_ON_VAULT_FAILURE")
+            .env("OUBLI_PASSWORD", PASSWORD)
+            .env("OUBLI_STORE", self.store())
+            .env("OUBLI_VAULT", &self.vault)
+            .args(["serve", "--export", "disk", "--size", "1M"])
+            .args(extra)
+            .arg("--socket")
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        let mut serve = cmd.spawn().unwrap();
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            if let Some(st) = serve.try_wait().unwrap() {
+                let err = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("serve exited {st}: {err}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "serve did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        serve
     }
 
     fn stdout(&self, args: &[&str]) -> String {
@@ -344,45 +380,12 @@ fn status_warns_of_wear_at_a_live_one_second_policy() {
     let status = env.stdout(&["status"]);
     assert!(status.contains("default policy of mount/serve"), "{status}");
 
-    let sock = env.dir.path().join("nbd.sock");
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_oubli"))
-        .env("OUBLI_PASSWORD", PASSWORD)
-        .env("OUBLI_STORE", env.store())
-        .env("OUBLI_VAULT", &env.vault)
-        .args([
-            "serve",
-            "--export",
-            "disk",
-            "--size",
-            "1M",
-            "--epoch-interval",
-            "1",
-        ])
-        .args(["--on-vault-failure", "refuse-writes", "--socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        if let Some(st) = serve.try_wait().unwrap() {
-            let mut err = String::new();
-            serve
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("serve exited {st}: {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "serve did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut serve = env.serve(&[
+        "--epoch-interval",
+        "1",
+        "--on-vault-failure",
+        "refuse-writes",
+    ]);
     let status = env.stdout(&["status"]);
     let json: serde_json::Value = serde_json::from_str(&env.stdout(&["status", "--json"])).unwrap();
     let _ = serve.kill();
@@ -445,4 +448,97 @@ fn refuse_writes_library_level() {
     flaky.unavailable(false);
     store.commit().unwrap();
     store.write(obj, 0, b"after").unwrap();
+}
+
+/// Issue 39 item 2 on the hardware vaults: `oubli serve` whose last commit
+/// fails at SIGTERM — the swtpm gone, the SoftHSM2 token's files made
+/// immutable — exits 6, saying the deletions are still recoverable and
+/// that `oubli commit` finishes them; it does once the vault is back.
+#[test]
+fn serve_exits_6_when_the_hardware_vault_fails_at_its_last_commit() {
+    if hw::skip_hw()
+        || !common::require(
+            common::on_path("qemu-io"),
+            "qemu-io is missing (Debian package qemu-utils)",
+        )
+    {
+        return;
+    }
+    let check = |env: &Env, break_it: &mut dyn FnMut(), mend: &mut dyn FnMut()| {
+        env.init();
+        let mut serve = env.serve(&["--epoch-interval", "0"]);
+        let uri = format!(
+            "nbd+unix:///disk?socket={}",
+            env.dir.path().join("nbd.sock").display()
+        );
+        let io = |cmd: &str| {
+            let out = std::process::Command::new("qemu-io")
+                .args(["-f", "raw"])
+                .arg(&uri)
+                .args(["-c", cmd])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        };
+        io("write -P 0x5a 0 64k");
+        env.stdout(&["commit"]);
+        io("discard 0 64k");
+        break_it();
+        let ok = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(serve.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = serve.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "serve did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = std::fs::read_to_string(env.dir.path().join("serve.log")).unwrap();
+        assert_eq!(status.code(), Some(6), "{log}");
+        assert!(
+            log.contains("stopped, but the last commit failed")
+                && log.contains("recoverable")
+                && log.contains("oubli commit")
+                && !log.contains("pin-value"),
+            "{log}"
+        );
+        mend();
+        env.stdout(&["commit"]);
+        let json: serde_json::Value =
+            serde_json::from_str(&env.stdout(&["status", "--json"])).unwrap();
+        assert_eq!(json["pending_deletions"], 0, "{json}");
+    };
+
+    #[cfg(feature = "tpm")]
+    {
+        let tpm = std::cell::RefCell::new(Swtpm::start());
+        let env = Env::new(tpm_address(&tpm.borrow()));
+        check(&env, &mut || tpm.borrow_mut().kill(), &mut || {
+            tpm.borrow_mut().restart()
+        });
+    }
+
+    let (hsm, uri) = token("serve");
+    let mut env = Env::new(uri);
+    env.envs
+        .push(("SOFTHSM2_CONF".into(), hsm.conf.display().to_string()));
+    let guard = std::cell::RefCell::new(None);
+    check(
+        &env,
+        &mut || *guard.borrow_mut() = Some(common::Immutable::set(&hsm.tokens)),
+        &mut || *guard.borrow_mut() = None,
+    );
 }

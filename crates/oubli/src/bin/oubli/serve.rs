@@ -499,6 +499,7 @@ fn unfinished(g: &Global, store: &Store, commit: oubli::Error) -> Failure {
             }
             None => format!("; {pending} {what} are still recoverable"),
             // Those in the intent log stay pending; the others were never stored.
+            Some(_) if pending == 1 => "; 1 deletion (TRIM, discard, overwrite) was not committed: if it was flushed before, it stays recoverable, otherwise it is undone".into(),
             Some(_) => format!(
                 "; {pending} {what} were not committed: those flushed before stay recoverable, the others are undone"
             ),

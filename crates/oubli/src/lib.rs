@@ -84,8 +84,8 @@ pub use oubli_core::audit;
 pub use oubli_core::{
     name_hash, AuditReport, CreateOptions, EpochPolicy, Error, FsckReport, GcReport, Medium,
     ObjectRecord, Options, Overhead, Recovered, Recovery, Result, SegmentId, ShareInfo,
-    ShareLeftover, ShareOpener, ShareRecord, Slot, SnapshotInfo, SnapshotUsage, Status, Store, StoreId,
-    TallyCadence, Vault, VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR,
+    ShareLeftover, ShareOpener, ShareRecord, Slot, SnapshotInfo, SnapshotUsage, Status, Store,
+    StoreId, TallyCadence, Vault, VaultError, VaultInfo, VaultRecord, DEFAULT_CELL_SIZE, ROOT_DIR,
     SMALL_CELL_SIZE,
 };
 pub use oubli_crypto::{

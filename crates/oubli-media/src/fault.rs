@@ -58,6 +58,8 @@ struct FaultState {
     seg_read: Option<ReadFault>,
     sb_read: Option<ReadFault>,
     flips: SplitMix64,
+    /// [`FaultMedium::set_space_limit`].
+    space_limit: Option<u64>,
 }
 
 /// What the current mutating call must do.
@@ -91,6 +93,7 @@ impl<M: Medium> FaultMedium<M> {
                 seg_read: None,
                 sb_read: None,
                 flips: SplitMix64::new(0x0b11),
+                space_limit: None,
             }),
         }
     }
@@ -122,6 +125,40 @@ impl<M: Medium> FaultMedium<M> {
     /// for tests that keep using the same handle.)
     pub fn restore_power(&self) {
         self.lock().cut_at = None;
+    }
+
+    /// Makes the medium `limit` bytes large (`None`: as the inner one):
+    /// `space` reports that size and what the segments leave of it, and an
+    /// append that would pass it fails with `StorageFull` having written
+    /// nothing — what `DirMedium` leaves after an append the file system
+    /// cut short (it truncates the segment back). A full disk without the
+    /// disk.
+    pub fn set_space_limit(&self, limit: Option<u64>) {
+        self.lock().space_limit = limit;
+    }
+
+    /// Bytes the inner medium's segments hold.
+    fn used(&self) -> io::Result<u64> {
+        let mut used = 0;
+        for id in self.inner.list_segments()? {
+            used += self.inner.segment_len(id)?.unwrap_or(0);
+        }
+        Ok(used)
+    }
+
+    /// `StorageFull` if `more` bytes do not fit under the space limit.
+    fn check_room(&self, more: usize) -> io::Result<()> {
+        let Some(limit) = self.lock().space_limit else {
+            return Ok(());
+        };
+        let used = self.used()?;
+        if used + more as u64 > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("injected: {more} bytes do not fit ({used} of {limit} used)"),
+            ));
+        }
+        Ok(())
     }
 
     /// How many I/O points have been seen so far (including failed ones).
@@ -241,11 +278,19 @@ impl<M: Medium> Medium for FaultMedium<M> {
     }
 
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_room(data.len())?;
         self.segment_write(data, |d| self.inner.append(id, offset, d))
     }
 
     fn space(&self) -> io::Result<Option<oubli_core::Space>> {
-        self.inner.space()
+        let limit = self.lock().space_limit;
+        match limit {
+            Some(total) => Ok(Some(oubli_core::Space {
+                total,
+                free: total.saturating_sub(self.used()?),
+            })),
+            None => self.inner.space(),
+        }
     }
 
     fn can_rewrite(&self) -> bool {

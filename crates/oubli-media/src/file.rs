@@ -908,9 +908,15 @@ mod tests {
         let m = FileMedium::create(&p, Some(total), MIB).unwrap();
         assert_eq!(m.slot_count(), 3);
         assert_eq!(m.total_size(), Some(total));
+        let cap = m.segment_capacity();
+        // `space` counts whole free slots, a slot freed as taken until the sync.
+        let free = |m: &FileMedium| m.space().unwrap().unwrap().free;
+        assert_eq!(m.space().unwrap().unwrap().total, 3 * cap);
+        assert_eq!(free(&m), 3 * cap);
         for id in 1..=3 {
             m.append(id, 0, &[id as u8; 100]).unwrap();
         }
+        assert_eq!(free(&m), 0);
         let full = m.append(4, 0, b"x").unwrap_err();
         assert_eq!(full.kind(), io::ErrorKind::StorageFull, "{full}");
         m.delete_segment(2).unwrap();
@@ -920,7 +926,9 @@ mod tests {
             m.append(4, 0, b"x").unwrap_err().kind(),
             io::ErrorKind::StorageFull
         );
+        assert_eq!(free(&m), 0);
         m.sync().unwrap();
+        assert_eq!(free(&m), cap);
         m.append(4, 0, b"four").unwrap();
         assert_eq!(m.lock().map[&4].slot, 1, "reuses the freed slot");
         assert_eq!(m.list_segments().unwrap(), vec![1, 3, 4]);

@@ -32,8 +32,17 @@ pub fn reserve_for(total: u64) -> u64 {
 /// part forward first, into the reserve: on a 64 MiB disk, where the
 /// reserve is 8 MiB, one 64 MiB segment holding all the data could never
 /// be cleaned (f2fs's segments are 2 MiB for the same reason).
+///
+/// A medium whose segments are fixed slots no larger than the target (a
+/// file or block device, raw NAND) keeps them whole: its free space comes
+/// in slots, so a smaller segment would only waste the rest of its slot
+/// (choose small slots for a small device).
 pub(super) fn segment_target(medium: &dyn Medium) -> u64 {
-    let most = DATA_SEGMENT_TARGET.min(medium.segment_capacity());
+    let capacity = medium.segment_capacity();
+    if capacity <= DATA_SEGMENT_TARGET {
+        return capacity;
+    }
+    let most = DATA_SEGMENT_TARGET;
     match medium.space() {
         Ok(Some(s)) => most.min((s.total / 64).max(1 << 20)),
         _ => most,

@@ -137,16 +137,18 @@ impl S3Medium {
             (None, None) => Vec::new(),
         };
         // Whether an object of `generation` holding `[offset, offset+len)`
-        // of segment `id` counts.
+        // of segment `id` counts: a piece of an older generation within the
+        // sealed end of its segment, or of a segment already deleted then (a
+        // dead piece a live pack still carries: it keeps its pack whole).
         let counts = |generation: u64, id: SegmentId, offset: u64, len: u64| {
             if generation == current {
                 return true;
             }
             generation < current
-                && seal
-                    .as_ref()
-                    .and_then(|s| s.ends.get(&id))
-                    .is_some_and(|&end| offset + len <= end)
+                && seal.as_ref().is_some_and(|s| {
+                    s.ends.get(&id).is_some_and(|&end| offset + len <= end)
+                        || (!s.ends.contains_key(&id) && s.gone.contains(&id))
+                })
         };
         // Per segment: (offset, length, object, base) of every piece listed.
         let mut pieces: BTreeMap<SegmentId, Vec<(u64, u64, ObjectPath, u64)>> = BTreeMap::new();

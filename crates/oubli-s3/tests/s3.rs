@@ -663,7 +663,7 @@ fn a_holder_stopped_past_its_lease_is_fenced_and_every_acknowledged_flush_stays(
     let Some(srv) = server(dir.path()) else {
         return;
     };
-    let at = srv.bucket("stopped", false, "s");
+    let at = srv.bucket("stopped", true, "s");
     let lease = Duration::from_secs(2);
     struct Child(std::process::Child);
     impl Drop for Child {
@@ -784,7 +784,11 @@ fn a_holder_stopped_past_its_lease_is_fenced_and_every_acknowledged_flush_stays(
     // The next writer deletes the late upload.
     assert!(list_raw(&srv, &at).contains(&late));
     drop(S3Medium::open_writer_with(&at, &srv.config(), lease).unwrap());
-    assert!(!list_raw(&srv, &at).contains(&late));
+    let names = list_raw(&srv, &at);
+    assert!(!names.contains(&late));
+    // Only the last writer's seal stays.
+    let seals: Vec<_> = names.iter().filter(|n| n.contains("/seal/")).collect();
+    assert_eq!(seals, ["s/seal/0000000000000003"], "{names:?}");
 }
 
 /// The old holder of the test above (run only by it): opens the store for
@@ -856,4 +860,80 @@ fn a_retried_single_run_with_more_bytes_after_a_lost_answer_succeeds() {
     fresh.read(1, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"the first attempt, and more, and later");
     assert_eq!(fresh.segment_len(4).unwrap(), Some(4));
+}
+
+/// The same fence without a pause: the holder is judged gone (here its
+/// lock is marked released by hand) while it still runs, and learns of
+/// the takeover only from the server. Its next superblock write fails
+/// (the new holder stamped the superblocks with its generation), its next
+/// sync fails after the upload (the lock is no longer its own), and what it
+/// uploaded late — a run past the seal, a gone list of its generation
+/// naming a live segment — neither blocks the new holder nor shows at the
+/// next open.
+#[test]
+fn a_writer_taken_over_while_running_acknowledges_nothing_and_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("running", true, "");
+    let a = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    a.append(1, 0, b"A acked").unwrap();
+    a.sync().unwrap();
+    a.write_superblock(Slot::A, b"A's commit").unwrap();
+    put_raw(&srv, &at, "lock", b"oubli-s3-lock v1\nreleased\ngen 1\n");
+    let b = S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    assert_eq!((a.generation(), b.generation()), (1, 2));
+    // A's renewal is 10 s away: only the server tells it.
+    let e = a.write_superblock(Slot::B, b"A's late commit").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+    a.append(1, 7, b" late").unwrap();
+    let e = a.sync().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+    assert!(e.to_string().contains("lost the store's lock"), "{e}");
+    assert!(a.append(1, 12, b"!").is_err() && a.sync().is_err());
+    assert!(list_raw(&srv, &at).contains(&oubli_s3::layout::run_name(1, 7, 1)));
+    put_raw(&srv, &at, "gone", &oubli_s3::layout::encode_gone([1], 1));
+    b.append(1, 7, b" then B").unwrap();
+    b.sync().unwrap();
+    drop((a, b));
+    let fresh = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(fresh.list_segments().unwrap(), vec![1]);
+    let mut buf = [0u8; 14];
+    fresh.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"A acked then B");
+    assert_eq!(
+        fresh.read_superblock(Slot::A).unwrap().unwrap(),
+        b"A's commit"
+    );
+    assert_eq!(fresh.read_superblock(Slot::B).unwrap(), None);
+}
+
+/// A pack of an older generation that carries a piece of a segment
+/// deleted before the seal (on the gone list, not among the sealed ends)
+/// and live pieces of others still counts whole at later opens: its live
+/// segments stay. (The kill-and-remount test on S3 lost them.)
+#[test]
+fn a_pack_carrying_a_deleted_segment_keeps_its_live_pieces_across_generations() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("sealed", true, "");
+    let open = || S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    let a = open();
+    a.append(1, 0, b"live").unwrap();
+    a.append(2, 0, b"dead").unwrap();
+    a.sync().unwrap();
+    a.delete_segment(2).unwrap();
+    drop(a);
+    // The next writer seals segment 1's end and segment 2 as gone; the one
+    // after reads the first's pack under that seal.
+    drop(open());
+    let c = open();
+    assert_eq!(c.generation(), 3);
+    assert_eq!(c.list_segments().unwrap(), vec![1]);
+    let mut buf = [0u8; 4];
+    c.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"live");
 }

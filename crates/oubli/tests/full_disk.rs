@@ -195,7 +195,10 @@ fn put_until_full(env: &Env, size: usize, limit: usize) -> Vec<(String, u64)> {
         match code {
             Some(0) => stored.push((name, i as u64)),
             Some(9) => {
-                assert!(err.contains("full"), "exit 9 without saying full: {err}");
+                assert!(
+                    err.contains("full") && err.contains("oubli rm"),
+                    "exit 9 without saying full and what to do: {err}"
+                );
                 return stored;
             }
             other => panic!("put {name}: exit {other:?}: {err}"),

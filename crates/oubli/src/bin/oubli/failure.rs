@@ -168,7 +168,7 @@ impl Places<'_> {
             ),
             Error::NoSpace(what) => (
                 format!("the medium holding {store} is full ({what})"),
-                "free space on that disk, or run `oubli gc` to reclaim dead segments".into(),
+                "delete data with `oubli rm` and `oubli commit` (they still work: the store keeps a reserve for them), run `oubli gc` to reclaim dead segments, or free space on that disk".into(),
             ),
             Error::Io { context, source } if code == exit::BUSY => (
                 format!("store {store} is in use by another process ({context}: {source})"),

@@ -12,6 +12,7 @@ pub mod harness;
 pub mod marker;
 pub mod model;
 pub mod nand;
+pub mod sim;
 pub mod vault;
 pub mod workload;
 

@@ -72,8 +72,8 @@ pub struct SpaceInfo {
 }
 
 impl SpaceInfo {
-    /// Whether `status` warns: less than twice the reserve (and at most
-    /// a tenth of the medium) is left for data.
+    /// Whether `status` warns: less than the reserve, or a tenth of the
+    /// medium if that is more, is left for data.
     pub fn nearly_full(&self) -> bool {
         self.available < self.reserve.max(self.total / 10)
     }
@@ -151,13 +151,10 @@ impl Engine {
     pub(super) fn admit(&mut self, n: u64) -> Result<()> {
         let need = charge(n);
         let fresh = self.space.checked.is_some_and(|t| t.elapsed() < RECHECK);
-        if !fresh || self.space.headroom < need {
-            if let Err(e) = self.measure_space() {
-                // The medium's own error, if any, comes with the write.
-                self.space.headroom = u64::MAX;
-                self.last_commit_error
-                    .get_or_insert_with(|| format!("free space: {e}"));
-            }
+        // A medium that cannot say lets the write go to it: its own
+        // error, if any, comes with the write.
+        if (!fresh || self.space.headroom < need) && self.measure_space().is_err() {
+            self.space.headroom = u64::MAX;
         }
         if self.space.headroom < need {
             let (reserve, left) = self.space.last.map_or((0, 0), |s| (s.reserve, s.available));

@@ -10,7 +10,7 @@ type Metric = (&'static str, &'static str, &'static str, f64);
 /// The report in Prometheus' text exposition format, every metric
 /// labelled with the store's path.
 pub fn render(r: &StatusReport) -> String {
-    let metrics: [Metric; 13] = [
+    let metrics: [Metric; 15] = [
         ("oubli_epoch", "gauge", "Current epoch: commits so far, plus one.", r.epoch as f64),
         (
             "oubli_last_commit_timestamp_seconds",
@@ -52,6 +52,18 @@ pub fn render(r: &StatusReport) -> String {
             "gauge",
             "1 while the vault still holds an older epoch's key (a rotation cut between its steps).",
             if r.vault_leftover_epochs.is_empty() { 0.0 } else { 1.0 },
+        ),
+        (
+            "oubli_space_available_bytes",
+            "gauge",
+            "Bytes new data may still take: free space less the reserve and the write buffer (NaN when the medium cannot tell).",
+            r.space.as_ref().map_or(f64::NAN, |s| s.available as f64),
+        ),
+        (
+            "oubli_space_reserve_bytes",
+            "gauge",
+            "Bytes kept for deleting, committing and cleaning: writes are refused once only these are left.",
+            r.space.as_ref().map_or(f64::NAN, |s| s.reserve as f64),
         ),
         (
             "oubli_commit_failing",

@@ -354,7 +354,13 @@ fn mount_on_a_full_file_system() {
             PASSWORD.into(),
         ],
     );
-    env.ok(env.cmd().arg("mount").arg(&mnt));
+    let metrics = env.path("metrics.prom");
+    env.ok(env
+        .cmd()
+        .arg("mount")
+        .arg(&mnt)
+        .arg("--metrics-file")
+        .arg(&metrics));
     let size = 1 << 20;
     let mut written = Vec::new();
     let failed = loop {
@@ -386,6 +392,13 @@ fn mount_on_a_full_file_system() {
         }
         ok
     });
+    // The metrics (written at each commit) carry the reserve.
+    let text = fs::read_to_string(&metrics).unwrap();
+    let reserve = text
+        .lines()
+        .find(|l| l.starts_with("oubli_space_reserve_bytes{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(reserve.is_some_and(|r| r >= (2 << 20) as f64), "{text}");
     let o = env.output(env.cmd().arg("umount").arg(&mnt));
     assert!(
         o.status.success(),

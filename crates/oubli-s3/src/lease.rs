@@ -36,6 +36,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// before another process may take the store over.
 pub const LEASE: Duration = Duration::from_secs(30);
 
+/// The lease: [`LEASE`], or `$OUBLI_S3_LEASE_SECS` whole seconds (one at
+/// least) where set — shorter for tests that stop a holder past its lease,
+/// longer where a holder may be paused longer. A taker judges a lock by the
+/// lease its holder wrote into it, not by its own.
+pub(crate) fn lease_from_env() -> io::Result<Duration> {
+    match std::env::var("OUBLI_S3_LEASE_SECS") {
+        Err(_) => Ok(LEASE),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(secs) if secs >= 1 => Ok(Duration::from_secs(secs)),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("OUBLI_S3_LEASE_SECS={v}: expected a whole number of seconds, at least 1"),
+            )),
+        },
+    }
+}
+
 /// The lock object a writer holds, and the thread renewing it.
 pub(crate) struct WriterLock {
     state: Arc<LockState>,
@@ -47,6 +64,7 @@ struct LockState {
     key: ObjectPath,
     token: u128,
     generation: u64,
+    lease: Duration,
     /// The lock's current ETag; `None` once lost or released. Held across
     /// each renewal and confirmation, so that one never sees the other's
     /// half-done change.
@@ -85,20 +103,22 @@ impl Here {
 }
 
 /// What a lock object says: `oubli-s3-lock v1`, then `host`, `boot`,
-/// `pidns`, `pid`, `gen`, `token` (unique to the opening) and `renewed`
-/// (the holder's clock, shown only) lines; or `released` and `gen`.
-fn lock_text(token: u128, generation: u64) -> Vec<u8> {
+/// `pidns`, `pid`, `gen`, `lease_ms` (the holder's lease), `token` (unique
+/// to the opening) and `renewed` (the holder's clock, shown only) lines; or
+/// `released` and `gen`.
+fn lock_text(token: u128, generation: u64, lease: Duration) -> Vec<u8> {
     let here = Here::now();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
     format!(
-        "oubli-s3-lock v1\nhost {}\nboot {}\npidns {}\npid {}\ngen {generation}\ntoken {token:032x}\nrenewed {now}\n",
+        "oubli-s3-lock v1\nhost {}\nboot {}\npidns {}\npid {}\ngen {generation}\nlease_ms {}\ntoken {token:032x}\nrenewed {now}\n",
         here.host,
         here.boot,
         here.pid_ns,
-        std::process::id()
+        std::process::id(),
+        lease.as_millis()
     )
     .into_bytes()
 }
@@ -112,6 +132,8 @@ pub struct Holder {
     pub pid_ns: String,
     pub pid: u32,
     pub generation: u64,
+    /// The lease the holder renews against, when it says.
+    pub lease: Option<Duration>,
 }
 
 impl Holder {
@@ -128,6 +150,7 @@ impl Holder {
             pid_ns: field("pidns "),
             pid: field("pid ").parse().unwrap_or(0),
             generation: field("gen ").parse().unwrap_or(0),
+            lease: field("lease_ms ").parse().ok().map(Duration::from_millis),
         }
     }
 
@@ -200,7 +223,7 @@ impl S3Medium {
                 })?;
             let Some(held) = held else {
                 let generation = head_generation + 1;
-                let mine = Bytes::from(lock_text(token, generation));
+                let mine = Bytes::from(lock_text(token, generation, lease));
                 match self.runtime.block_on(self.put(&key, mine, PutMode::Create)) {
                     Ok(etag) => break (etag, generation),
                     // Another opener created it meanwhile: judge theirs.
@@ -212,7 +235,8 @@ impl S3Medium {
                 }
             };
             let holder = Holder::parse(&String::from_utf8_lossy(&held.body));
-            if !holder.is_gone(held.age, lease, &Here::now(), pid_alive) {
+            let holder_lease = holder.lease.unwrap_or(lease);
+            if !holder.is_gone(held.age, holder_lease, &Here::now(), pid_alive) {
                 let age = match held.age {
                     Some(a) => format!("rewritten {}s ago by the server's clock", a.as_secs()),
                     None => "of unknown age: the server gives no dates".into(),
@@ -223,12 +247,12 @@ impl S3Medium {
                         "{}: the store is in use by {} (its lock was {age}; a lock not renewed for {}s may be taken over)",
                         self.location,
                         holder.who(),
-                        lease.as_secs()
+                        holder_lease.as_secs()
                     ),
                 ));
             }
             let generation = holder.generation.max(head_generation) + 1;
-            let mine = Bytes::from(lock_text(token, generation));
+            let mine = Bytes::from(lock_text(token, generation, lease));
             let mode = PutMode::Update(UpdateVersion {
                 e_tag: held.etag,
                 version: None,
@@ -246,6 +270,7 @@ impl S3Medium {
             key,
             token,
             generation,
+            lease,
             etag: Mutex::new(etag),
             stop: Mutex::new(false),
             wake: std::sync::Condvar::new(),
@@ -257,7 +282,7 @@ impl S3Medium {
         );
         let renewer = std::thread::Builder::new()
             .name("oubli-s3-lock".into())
-            .spawn(move || renew(&*store, &handle, &st, lease / 3))?;
+            .spawn(move || renew(&*store, &handle, &st, lease))?;
         self.lock = Some(WriterLock {
             state,
             renewer: Some(renewer),
@@ -381,7 +406,7 @@ impl S3Medium {
     }
 }
 
-/// Renews the lock every `every` until told to stop or until the lock is
+/// Renews the lock every third of `lease` until told to stop or until the lock is
 /// found taken over (then its ETag becomes `None`: writes are refused). A
 /// renewal whose answer was lost and that the client retried meets its
 /// own first attempt: the same bytes, still ours.
@@ -389,8 +414,9 @@ fn renew(
     store: &dyn ObjectStore,
     handle: &tokio::runtime::Handle,
     st: &LockState,
-    every: Duration,
+    lease: Duration,
 ) {
+    let every = lease / 3;
     loop {
         {
             let stop = st.stop.lock().unwrap_or_else(|p| p.into_inner());
@@ -408,7 +434,7 @@ fn renew(
             e_tag: Some(etag),
             version: None,
         });
-        let body = Bytes::from(lock_text(st.token, st.generation));
+        let body = Bytes::from(lock_text(st.token, st.generation, st.lease));
         match handle.block_on(put_or_own(store, &st.key, body, mode)) {
             Ok(e_tag) => *slot = e_tag,
             Err(

@@ -322,9 +322,10 @@ impl S3Medium {
         }
     }
 
-    /// [`open`](Self::open) for writing: takes the store's lock first.
+    /// [`open`](Self::open) for writing: takes the store's lock first,
+    /// under a lease of [`LEASE`] or `$OUBLI_S3_LEASE_SECS` seconds.
     pub fn open_writer(location: &S3Location) -> io::Result<S3Medium> {
-        Self::open_writer_with(location, &S3Config::from_env()?, LEASE)
+        Self::open_writer_with(location, &S3Config::from_env()?, lease::lease_from_env()?)
     }
 
     /// Opens for writing with an explicit configuration and lease: takes

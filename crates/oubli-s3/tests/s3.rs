@@ -646,6 +646,14 @@ fn a_lock_is_taken_over_only_on_evidence_that_its_holder_is_gone() {
     let start = std::time::Instant::now();
     drop(take_once_expired(&srv, &at, lease));
     assert!(start.elapsed() > lease);
+    // Judged by the lease its holder renews against (10 min), not the taker's.
+    let long = "oubli-s3-lock v1\nhost far\nboot b\npidns pid:[9]\npid 1\nlease_ms 600000\n";
+    put_raw(&srv, &at, "lock", long.as_bytes());
+    std::thread::sleep(lease + Duration::from_millis(2500));
+    let e = S3Medium::open_writer_with(&at, &srv.config(), lease)
+        .err()
+        .expect("taken over within its holder's lease");
+    assert!(e.to_string().contains("not renewed for 600s"), "{e}");
 }
 
 /// A writer stopped (SIGSTOP) past its lease is taken over; once it runs

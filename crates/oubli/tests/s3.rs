@@ -367,3 +367,119 @@ fn gc_purge_versions_keeps_current_delete_markers_and_runs_under_the_lock() {
     cmd("here").args(["ls"]).assert().success().stdout("kept\n");
     cmd("here").args(["get", "kept", "-"]).assert().success();
 }
+
+/// Issue 40: a real `oubli serve` on S3 (lease 2 s), stopped (SIGSTOP) past
+/// its lease, is taken over by another `serve` (its own state directory, as
+/// on another machine); run again (SIGCONT), its next flush fails. Every
+/// flush either acknowledged reads back from a third.
+#[test]
+fn a_serve_stopped_past_its_lease_fails_its_next_flush_and_loses_no_acknowledged_one() {
+    use std::process::{Command as Std, Stdio};
+    use std::time::{Duration, Instant};
+    if !Std::new("qemu-io")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        panic!("qemu-io (qemu-utils) is needed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = TestServer::start_or_skip(dir.path()) else {
+        return;
+    };
+    let url = server.bucket("served", false, "disk").to_string();
+    oubli(dir.path(), &server, &url, "a")
+        .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
+        .assert()
+        .success();
+    struct Serve(std::process::Child);
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let pid = self.0.id().to_string();
+            let _ = Std::new("kill").args(["-CONT", &pid]).status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    // `oubli serve` as "machine" `state`: retried while the store is in
+    // use (exit 11) until its socket answers.
+    let serve = |state: &str| -> Serve {
+        let sock = dir.path().join(format!("{state}.sock"));
+        let start = Instant::now();
+        loop {
+            let mut cmd = Std::new(assert_cmd::cargo::cargo_bin("oubli"));
+            cmd.env_clear()
+                .env("HOME", dir.path())
+                .env("XDG_STATE_HOME", dir.path().join(state))
+                .env("OUBLI_STORE", &url)
+                .env("OUBLI_VAULT", dir.path().join("vault"))
+                .env("OUBLI_PASSWORD", PASSWORD)
+                .env("OUBLI_S3_LEASE_SECS", "2")
+                .envs(server.env())
+                .args(["serve", "--export", "disk", "--size", "1M", "--socket"])
+                .arg(&sock)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join(format!("{state}.log"))).unwrap());
+            let mut child = Serve(cmd.spawn().unwrap());
+            loop {
+                if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+                    return child;
+                }
+                if let Some(status) = child.0.try_wait().unwrap() {
+                    let log = std::fs::read_to_string(dir.path().join(format!("{state}.log")))
+                        .unwrap_or_default();
+                    assert_eq!(status.code(), Some(11), "{log}");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "never served");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    // qemu-io's default cache mode (writethrough) flushes after each write.
+    let io = |state: &str, command: &str| {
+        let uri = format!(
+            "nbd+unix:///disk?socket={}",
+            dir.path().join(format!("{state}.sock")).display()
+        );
+        let o = Std::new("qemu-io")
+            .args(["-f", "raw", &uri, "-c", command])
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.success() && !text.contains("failed"), text)
+    };
+    let a = serve("a");
+    let (ok, out) = io("a", "write -P 0xaa 0 64k");
+    assert!(ok, "{out}");
+    assert!(Std::new("kill")
+        .args(["-STOP", &a.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let b = serve("b");
+    let (ok, out) = io("b", "write -P 0xbb 64k 64k");
+    assert!(ok, "{out}");
+    assert!(Std::new("kill")
+        .args(["-CONT", &a.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let (ok, out) = io("a", "write -P 0xcc 128k 64k");
+    assert!(
+        !ok,
+        "the old holder acknowledged a flush after the takeover: {out}"
+    );
+    let (ok, out) = io("a", "write -P 0xcc 192k 64k");
+    assert!(!ok, "a later flush of the old holder: {out}");
+    drop(a);
+    drop(b);
+    let _c = serve("c");
+    let (ok, out) = io("c", "read -P 0xaa 0 64k");
+    assert!(ok, "the old holder's acknowledged flush: {out}");
+    let (ok, out) = io("c", "read -P 0xbb 64k 64k");
+    assert!(ok, "the new holder's acknowledged flush: {out}");
+}

@@ -154,7 +154,7 @@ struct Head {
 }
 
 /// Both superblock slots (`None`: never written).
-type Slots = [Option<Vec<u8>>; 2];
+pub type Slots = [Option<Vec<u8>>; 2];
 
 /// The superblocks object starts with this, then one byte: the layout of
 /// the store's objects.

@@ -428,24 +428,42 @@ fn renew(
                 return;
             }
         }
-        let mut slot = st.etag.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(etag) = slot.clone() else { return };
-        let mode = PutMode::Update(UpdateVersion {
-            e_tag: Some(etag),
-            version: None,
-        });
         let body = Bytes::from(lock_text(st.token, st.generation, st.lease));
-        match handle.block_on(put_or_own(store, &st.key, body, mode)) {
-            Ok(e_tag) => *slot = e_tag,
-            Err(
-                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
-            ) => {
-                *slot = None;
-                return;
-            }
-            // A network error: try again next round (the lease has room for two misses).
-            Err(_) => {}
+        if !renew_once(store, handle, st, body) {
+            return;
         }
+    }
+}
+
+/// One renewal with `body`, conditional on the ETag held; `false` once the
+/// lock is known lost (taken over or deleted). A renewal whose answer was
+/// lost and that the client sent again meets its own first attempt — the
+/// same bytes — and keeps the lock.
+fn renew_once(
+    store: &dyn ObjectStore,
+    handle: &tokio::runtime::Handle,
+    st: &LockState,
+    body: Bytes,
+) -> bool {
+    let mut slot = st.etag.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(etag) = slot.clone() else {
+        return false;
+    };
+    let mode = PutMode::Update(UpdateVersion {
+        e_tag: Some(etag),
+        version: None,
+    });
+    match handle.block_on(put_or_own(store, &st.key, body, mode)) {
+        Ok(e_tag) => {
+            *slot = e_tag;
+            true
+        }
+        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+            *slot = None;
+            false
+        }
+        // A network error: try again next round (the lease has room for two misses).
+        Err(_) => true,
     }
 }
 
@@ -501,5 +519,64 @@ mod tests {
             ..Holder::default()
         };
         assert!(released.is_gone(None, lease, &here, |_| true));
+    }
+
+    /// A renewal whose first attempt was stored but whose answer was lost
+    /// is sent again and meets its own bytes: the lock is still ours (it
+    /// was lost, and every write refused, before). Other bytes there are
+    /// another holder's: lost.
+    #[test]
+    fn a_renewal_retried_after_a_lost_answer_keeps_the_lock() {
+        use object_store::memory::InMemory;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = InMemory::new();
+        let key = ObjectPath::from("lock");
+        let put = |body: &'static [u8], mode: PutMode| {
+            let options = PutOptions {
+                mode,
+                ..PutOptions::default()
+            };
+            let r = runtime.block_on(store.put_opts(&key, PutPayload::from_static(body), options));
+            r.unwrap().e_tag
+        };
+        let first = put(b"taken", PutMode::Create);
+        let state = LockState {
+            key: key.clone(),
+            token: 1,
+            generation: 1,
+            lease: LEASE,
+            etag: Mutex::new(first.clone()),
+            stop: Mutex::new(false),
+            wake: std::sync::Condvar::new(),
+        };
+        // The renewal's first attempt lands; its answer never comes back.
+        let if_first = || {
+            PutMode::Update(UpdateVersion {
+                e_tag: first.clone(),
+                version: None,
+            })
+        };
+        let landed = put(b"renewed", if_first());
+        let handle = runtime.handle();
+        assert!(renew_once(
+            &store,
+            handle,
+            &state,
+            Bytes::from_static(b"renewed")
+        ));
+        assert_eq!(*state.etag.lock().unwrap(), landed);
+        // Another holder's bytes: lost for good.
+        put(b"another holder", PutMode::Overwrite);
+        assert!(!renew_once(
+            &store,
+            handle,
+            &state,
+            Bytes::from_static(b"renewed")
+        ));
+        assert_eq!(*state.etag.lock().unwrap(), None);
     }
 }

@@ -9,14 +9,25 @@ use std::time::{Duration, Instant};
 const SUITE_SEEDS: u64 = 48;
 const SUITE_BUDGET: Duration = Duration::from_secs(150);
 
-/// The committed regression seeds: one per line, `#` starts a comment.
-fn regression_seeds() -> Vec<u64> {
+/// The committed regression seeds: one per line, a seed and the flags of
+/// its replay command (`--no-full`, `--no-race`); `#` starts a comment.
+fn regression_seeds() -> Vec<(u64, Config)> {
     let text = include_str!("../sim-seeds");
     text.lines()
         .filter_map(|l| l.split('#').next())
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| l.parse().expect("a seed is a u64"))
+        .map(str::split_whitespace)
+        .filter_map(|mut words| {
+            let seed = words.next()?.parse().expect("a seed is a u64");
+            let mut config = Config::default();
+            for flag in words {
+                match flag {
+                    "--no-full" => config.full = false,
+                    "--no-race" => config.race = false,
+                    other => panic!("sim-seeds: unknown flag {other}"),
+                }
+            }
+            Some((seed, config))
+        })
         .collect()
 }
 
@@ -58,8 +69,15 @@ fn the_regression_seeds_and_a_fixed_budget_of_seeds_hold() {
         full: false,
         ..Config::default()
     };
-    let seeds = regression_seeds().into_iter().chain(0..SUITE_SEEDS);
-    let (done, faults, failures) = run_all(seeds, &config, SUITE_BUDGET);
+    let mut failures = Vec::new();
+    for (seed, config) in regression_seeds() {
+        if let Err(f) = sim::run(seed, &config) {
+            eprintln!("{f}");
+            failures.push(f);
+        }
+    }
+    let (done, faults, more) = run_all(0..SUITE_SEEDS, &config, SUITE_BUDGET);
+    failures.extend(more);
     eprintln!("{done} seeds, faults {faults:?}");
     assert!(
         failures.is_empty(),
@@ -137,6 +155,9 @@ fn simulate() {
     }
     if std::env::var_os("OUBLI_SIM_NO_FULL").is_some() {
         config.full = false;
+    }
+    if std::env::var_os("OUBLI_SIM_NO_RACE").is_some() {
+        config.race = false;
     }
     if let Ok(m) = std::env::var("OUBLI_SIM_MUTATION") {
         config.mutation = Some(Mutation::parse(&m).unwrap_or_else(|| panic!("no mutation {m}")));

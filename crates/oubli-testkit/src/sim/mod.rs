@@ -87,6 +87,9 @@ pub struct Config {
     pub mutation: Option<Mutation>,
     /// Whether the medium may fill (`--no-full` leaves that fault out).
     pub full: bool,
+    /// Whether large writes run with an operation interleaved
+    /// (`--no-race` leaves them out, to look past a race one has found).
+    pub race: bool,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             fault_rate: 5,
             mutation: None,
             full: true,
+            race: true,
         }
     }
 }
@@ -109,6 +113,9 @@ impl Config {
         }
         if !self.full {
             cmd += " --no-full";
+        }
+        if !self.race {
+            cmd += " --no-race";
         }
         if let Some(m) = self.mutation {
             cmd += &format!(" --mutation {}", m.name());
@@ -452,7 +459,7 @@ impl Sim {
     /// Maybe one of the simulator's own steps before the next workload step.
     fn extra(&mut self) -> Option<Extra> {
         match self.rng.below(40) {
-            0..=2 => Some(Extra::RaceWrite {
+            0..=2 if self.config.race => Some(Extra::RaceWrite {
                 pick: self.rng.next_u64() as u32,
                 with_share: self.rng.coin(),
             }),

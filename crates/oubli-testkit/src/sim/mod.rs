@@ -320,15 +320,30 @@ struct Sim {
     steps: usize,
 }
 
-/// Tear modes a power cut picks from.
-fn tear_mode(rng: &mut SplitMix64) -> TearMode {
-    match rng.below(6) {
-        0 => TearMode::DropUnsynced,
-        1 => TearMode::KeepAll,
-        2 => TearMode::KeepPrefix(rng.below(4) as usize),
-        3 => TearMode::RandomSubset,
-        4 => TearMode::Torn,
+/// Tear modes a power cut picks from. An in-order medium (as S3's is)
+/// only ever keeps a prefix of its pending writes.
+fn tear_mode(rng: &mut SplitMix64, in_order: bool) -> TearMode {
+    match (rng.below(6), in_order) {
+        (0, _) => TearMode::DropUnsynced,
+        (1, _) => TearMode::KeepAll,
+        (2, _) | (3, true) => TearMode::KeepPrefix(rng.below(4) as usize),
+        (3, false) => TearMode::RandomSubset,
+        (4, _) | (5, true) => TearMode::Torn,
         _ => TearMode::Chaos,
+    }
+}
+
+/// Whether `seed` runs on a medium that keeps its appends in order (one
+/// seed in three; decided apart from the run's random stream).
+fn in_order(seed: u64) -> bool {
+    (seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 32).is_multiple_of(3)
+}
+
+fn memory(seed: u64, mem: oubli_media::MemMedium) -> oubli_media::MemMedium {
+    if in_order(seed) {
+        mem.in_order()
+    } else {
+        mem
     }
 }
 
@@ -339,9 +354,10 @@ impl Sim {
         let mut options = harness::options(seed);
         let provider = Arc::new(SimProvider::new(options.provider.clone()));
         options.provider = provider.clone();
-        let medium = Arc::new(SimMedium::new(
+        let medium = Arc::new(SimMedium::new(memory(
+            seed,
             oubli_media::MemMedium::with_segment_capacity(harness::TEST_SEGMENT),
-        ));
+        )));
         let vault = Arc::new(SimVault::empty());
         if config.mutation == Some(Mutation::DropVaultWipe) {
             vault.keep_records.store(true, Ordering::SeqCst);
@@ -388,8 +404,9 @@ impl Sim {
             steps: 0,
         };
         sim.note(format!(
-            "seed {seed}: scheme {}, {} steps, {}",
+            "seed {seed}: scheme {}, {} medium, {} steps, {}",
             harness::scheme_name(scheme),
+            if in_order(seed) { "in-order" } else { "memory" },
             sim.config.steps,
             sim.config
                 .mutation
@@ -491,7 +508,7 @@ impl Sim {
                 } else {
                     Fault::TearThenCut
                 };
-                Armed::Medium(fault, tear_mode(&mut self.rng))
+                Armed::Medium(fault, tear_mode(&mut self.rng, in_order(self.seed)))
             }
             3 => Armed::Medium(Fault::FailOnce, TearMode::KeepAll),
             4..=5 if commits => Armed::MainVault(self.vault_fault()),
@@ -935,7 +952,7 @@ impl Sim {
             .recording()
             .inner()
             .crash(tear, self.seed ^ i as u64);
-        let medium = Arc::new(SimMedium::new(survived));
+        let medium = Arc::new(SimMedium::new(memory(self.seed, survived)));
         medium.skip_sync.store(
             self.medium.skip_sync.load(Ordering::SeqCst),
             Ordering::SeqCst,

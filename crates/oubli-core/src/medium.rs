@@ -63,6 +63,19 @@ pub struct Space {
 /// Errors are `std::io::Error`; `ErrorKind::StorageFull` means out of space,
 /// `UnexpectedEof` a read past what the segment holds, `NotFound` a missing
 /// segment.
+///
+/// **Out of room** (`StorageFull`, or `QuotaExceeded`) is a promise that
+/// the failed call changed nothing the engine relies on: an `append` left
+/// the segment's length where it was (bytes of a torn prefix may stay
+/// behind it, never shown: the next append at that offset replaces them),
+/// a `sync` lost none of the writes before it (a later sync still makes
+/// them durable), a `write_superblock` left the other slot alone. The
+/// engine then does not poison the store: it undoes or keeps for a retry
+/// what it changed in memory and answers `NoSpace` (DESIGN §7, "A full
+/// medium"). A medium that cannot keep that promise — a file system whose
+/// `fsync` reports ENOSPC may have dropped the pages it could not write
+/// back, a flash page programmed cannot be taken back — reports such a
+/// failure as another error, which poisons the store until it is reopened.
 pub trait Medium: Send + Sync {
     /// Human-readable location, e.g. `dir:/srv/store`.
     fn describe(&self) -> String;

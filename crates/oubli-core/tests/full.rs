@@ -136,3 +136,194 @@ fn a_full_medium_refuses_writes_and_recovers() {
         .sum();
     assert!(used <= LIMIT);
 }
+
+/// Bytes the medium's segments hold.
+fn used(mem: &MemMedium) -> u64 {
+    mem.list_segments()
+        .unwrap()
+        .iter()
+        .map(|&s| mem.segment_len(s).unwrap().unwrap_or(0))
+        .sum()
+}
+
+fn no_space<T: std::fmt::Debug>(what: &str, r: oubli_core::Result<T>) {
+    match r {
+        Err(Error::NoSpace(_)) => {}
+        other => panic!("{what}: expected NoSpace, got {other:?}"),
+    }
+}
+
+/// Another program fills the medium past the reserve (the limit drops to
+/// what the store holds) and later frees its file: the flush of buffered
+/// data, a write already admitted and a commit fail with `NoSpace`
+/// without poisoning the store; deletes and reads go on; once the space is
+/// back, the same handle flushes, commits and writes, and everything
+/// acknowledged is there after a reopen.
+#[test]
+fn a_medium_filled_by_someone_else_does_not_poison_the_store() {
+    let (medium, mem) = full_medium();
+    let (store, vault) = create(medium.clone());
+    let size = 256 << 10;
+    // Committed, flushed, and only buffered (4 KiB writes).
+    let committed = store.create_object(b"").unwrap();
+    store.write(committed, 0, &noise(size, 1)).unwrap();
+    store.commit().unwrap();
+    let flushed = store.create_object(b"").unwrap();
+    store.write(flushed, 0, &noise(size, 2)).unwrap();
+    store.flush().unwrap();
+    let buffered = store.create_object(b"").unwrap();
+    let small = noise(32 << 10, 3);
+    for (i, chunk) in small.chunks(4096).enumerate() {
+        store.write(buffered, (i * 4096) as u64, chunk).unwrap();
+    }
+    // Measured now: the next write is admitted against this.
+    assert!(!store.space().unwrap().unwrap().nearly_full());
+    // Someone else takes every free byte.
+    medium.set_space_limit(Some(used(&mem)));
+    let late = store.create_object(b"").unwrap();
+    no_space(
+        "a write admitted before the disk filled",
+        store.write(late, 0, &noise(size, 4)),
+    );
+    no_space("flushing the buffer", store.flush());
+    no_space(
+        "a write on the full disk",
+        store.write(flushed, 0, &noise(size, 5)),
+    );
+    // Not poisoned: reads, and a delete (its erasure waits for a commit).
+    assert_eq!(store.read(flushed, 0, size).unwrap(), noise(size, 2));
+    assert_eq!(store.read(buffered, 0, small.len()).unwrap(), small);
+    store.delete(committed).unwrap();
+    no_space("committing on the full disk", store.commit());
+    // The other program frees its file: everything resumes on this handle.
+    medium.set_space_limit(Some(LIMIT));
+    store.flush().unwrap();
+    store.commit().unwrap();
+    store.write(late, 0, &noise(size, 6)).unwrap();
+    store.commit().unwrap();
+    drop(store);
+    let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+    assert!(matches!(store.object(committed), Err(Error::NoObject(_))));
+    assert_eq!(store.read(flushed, 0, size).unwrap(), noise(size, 2));
+    assert_eq!(store.read(buffered, 0, small.len()).unwrap(), small);
+    assert_eq!(store.read(late, 0, size).unwrap(), noise(size, 6));
+    let fsck = store.fsck(&mut |_| {}).unwrap();
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}
+
+/// What the sweep below expects each object to hold.
+type Expected = Vec<(u64, Vec<u8>)>;
+
+/// The store, its medium and vault, what it holds, and the object deleted.
+type Setup = (
+    Store,
+    Arc<FaultMedium<Arc<MemMedium>>>,
+    Arc<MemoryVault>,
+    Expected,
+    u64,
+);
+
+/// A store with committed objects, one of them deleted since, and changes
+/// both written out and buffered: a flush and a commit each have work.
+fn sweep_setup() -> Setup {
+    let medium = Arc::new(FaultMedium::new(Arc::new(MemMedium::new())));
+    let (store, vault) = create(medium.clone());
+    let mut expected = Vec::new();
+    for seed in 0..4 {
+        let oid = store.create_object(b"").unwrap();
+        let data = noise(100 << 10, seed);
+        store.write(oid, 0, &data).unwrap();
+        expected.push((oid, data));
+    }
+    store.commit().unwrap();
+    let (doomed, _) = expected.remove(0);
+    store.delete(doomed).unwrap();
+    // An overwrite sealed at once, and small writes that stay buffered.
+    let (oid, data) = &mut expected[0];
+    let over = noise(64 << 10, 10);
+    store.write(*oid, 0, &over).unwrap();
+    data[..over.len()].copy_from_slice(&over);
+    let oid = store.create_object(b"").unwrap();
+    let small = noise(20 << 10, 11);
+    for (i, chunk) in small.chunks(4096).enumerate() {
+        store.write(oid, (i * 4096) as u64, chunk).unwrap();
+    }
+    expected.push((oid, small));
+    (store, medium, vault, expected, doomed)
+}
+
+fn check_expected(store: &Store, expected: &Expected, doomed: u64, when: &str) {
+    for (oid, data) in expected {
+        let got = store.read(*oid, 0, data.len() + 1).unwrap();
+        assert!(got == *data, "{when}: object {oid} reads back wrong");
+    }
+    assert!(
+        matches!(store.object(doomed), Err(Error::NoObject(_))),
+        "{when}: the deleted object is back"
+    );
+}
+
+/// `StorageFull` at every I/O point of a flush (`commit == false`) or a
+/// commit: the call fails with `NoSpace`, the store is not poisoned, the
+/// retry succeeds (the space came back), everything acknowledged reads
+/// back before and after a reopen, and the deleted object stays gone.
+fn sweep(commit: bool) {
+    let run = |s: &Store| if commit { s.commit() } else { s.flush() };
+    let points = {
+        let (store, medium, ..) = sweep_setup();
+        let start = medium.points();
+        run(&store).unwrap();
+        medium.points() - start
+    };
+    assert!(points >= 3, "only {points} I/O points");
+    let mut refused = 0;
+    for k in 0..points {
+        let (store, medium, vault, expected, doomed) = sweep_setup();
+        medium.arm_no_space(medium.points() + k);
+        let when = format!("no space at point {k} of {points}");
+        match run(&store) {
+            Err(Error::NoSpace(_)) => refused += 1,
+            // Past the commit point: a segment the commit doomed.
+            Ok(()) if commit => {}
+            other => panic!("{when}: expected NoSpace, got {other:?}"),
+        }
+        check_expected(&store, &expected, doomed, &when);
+        let mut expected = expected;
+        // A change accepted between the failure and the retry.
+        let oid = store.create_object(b"").unwrap();
+        let data = noise(6000, 20 + k);
+        store.write(oid, 0, &data).unwrap();
+        expected.push((oid, data));
+        run(&store).unwrap_or_else(|e| panic!("{when}: the retry failed: {e}"));
+        check_expected(&store, &expected, doomed, &when);
+        if !commit {
+            // The log alone, replayed: the frame finished late and the
+            // one after it are both there.
+            drop(store);
+            let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+            check_expected(&store, &expected, doomed, &format!("{when}, replayed"));
+        } else {
+            drop(store);
+        }
+        let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+        store
+            .commit()
+            .unwrap_or_else(|e| panic!("{when}: commit: {e}"));
+        drop(store);
+        let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+        check_expected(&store, &expected, doomed, &format!("{when}, reopened"));
+        let fsck = store.fsck(&mut |_| {}).unwrap();
+        assert!(fsck.problems.is_empty(), "{when}: {:?}", fsck.problems);
+    }
+    assert!(refused >= 3, "only {refused} of {points} points refused");
+}
+
+#[test]
+fn no_space_at_every_io_point_of_a_flush() {
+    sweep(false);
+}
+
+#[test]
+fn no_space_at_every_io_point_of_a_commit() {
+    sweep(true);
+}

@@ -323,13 +323,13 @@ impl DirMedium {
             };
             // fdatasync also flushes the file size, which is all the
             // metadata an appended file needs.
-            file.sync_data()?;
+            file.sync_data().map_err(crate::util::sync_failed)?;
         }
         if segdir {
-            fsync_dir(&self.segdir)?;
+            fsync_dir(&self.segdir).map_err(crate::util::sync_failed)?;
         }
         if root {
-            fsync_dir(&self.root)?;
+            fsync_dir(&self.root).map_err(crate::util::sync_failed)?;
         }
         Ok(())
     }

@@ -60,6 +60,8 @@ struct FaultState {
     flips: SplitMix64,
     /// [`FaultMedium::set_space_limit`].
     space_limit: Option<u64>,
+    /// [`FaultMedium::arm_no_space`].
+    no_space_at: Option<u64>,
 }
 
 /// What the current mutating call must do.
@@ -94,6 +96,7 @@ impl<M: Medium> FaultMedium<M> {
                 sb_read: None,
                 flips: SplitMix64::new(0x0b11),
                 space_limit: None,
+                no_space_at: None,
             }),
         }
     }
@@ -135,6 +138,14 @@ impl<M: Medium> FaultMedium<M> {
     /// disk.
     pub fn set_space_limit(&self, limit: Option<u64>) {
         self.lock().space_limit = limit;
+    }
+
+    /// Makes I/O point `at` (an append, superblock write or sync) fail
+    /// once with `StorageFull`, having done nothing: what the `Medium`
+    /// contract lets a full medium answer (a disk another program filled
+    /// between two of the store's writes). Independent of [`arm`](Self::arm).
+    pub fn arm_no_space(&self, at: u64) {
+        self.lock().no_space_at = Some(at);
     }
 
     /// Bytes the inner medium's segments hold.
@@ -198,6 +209,13 @@ impl<M: Medium> FaultMedium<M> {
         s.points += 1;
         if let Some(at) = s.cut_at {
             return Verdict::Fail(power_cut_error(at));
+        }
+        if s.no_space_at == Some(point) {
+            s.no_space_at = None;
+            return Verdict::Fail(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("injected: no space at I/O point {point}"),
+            ));
         }
         match s.armed {
             Some((at, fault)) if at == point => {

@@ -573,8 +573,14 @@ impl Medium for FileMedium {
         let r = self.write_at(&mut st, data, self.data_start(slot) + offset);
         let info = st.map.get_mut(&id).expect("segment is mapped");
         let end = offset + data.len() as u64;
-        info.len = match r {
+        info.len = match &r {
             Ok(()) => Some(end),
+            // Out of room (a sparse image file on a full file system): the
+            // segment still ends at `offset`, as the `Medium` contract
+            // promises. A prefix that landed stays in the slot, never
+            // shown: the next append writes over it, and it is sealed
+            // under a key nothing kept.
+            Err(e) if e.kind() == io::ErrorKind::StorageFull => Some(offset),
             // Some prefix may have landed: the length is now unknown.
             Err(_) => None,
         };
@@ -696,7 +702,7 @@ impl Medium for FileMedium {
         // it also flushes the device's write cache.
         if let Err(e) = self.file.sync_data() {
             self.lock().freed_unsynced.extend(freed);
-            return Err(e);
+            return Err(crate::util::sync_failed(e));
         }
         self.lock().free.extend(freed);
         Ok(())

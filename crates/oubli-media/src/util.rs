@@ -62,6 +62,20 @@ pub(crate) fn storage_full(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::StorageFull, msg.into())
 }
 
+/// A sync that failed for want of room: the kernel may have dropped the
+/// pages it could not write back (after a failed `fsync`, Linux marks them
+/// clean), so unlike a failed append this may have lost earlier writes.
+/// The `Medium` contract keeps `StorageFull` for failures that lost
+/// nothing; this one is reported as an I/O error, which poisons the store.
+pub(crate) fn sync_failed(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => io::Error::other(format!(
+            "writing back what was appended failed for want of space, and may have lost it: {e}"
+        )),
+        _ => e,
+    }
+}
+
 /// Checks the length/offset rules every medium shares for `append`.
 pub(crate) fn check_append_bounds(capacity: u64, offset: u64, len: usize) -> io::Result<()> {
     let end = offset

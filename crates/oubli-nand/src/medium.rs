@@ -295,13 +295,32 @@ impl Medium for NandMedium {
                 format!("segment {id} would pass its capacity"),
             ));
         }
+        let held = seg.tail.len();
         seg.tail.extend_from_slice(data);
+        let total = seg.tail.len();
         loop {
             let before = seg.tail.len();
             if before == 0 {
                 break;
             }
-            self.program_page(id, seg, false)?;
+            if let Err(e) = self.program_page(id, seg, false) {
+                if e.kind() != ErrorKind::StorageFull {
+                    return Err(e);
+                }
+                // Out of erase blocks. If no byte of `data` was programmed
+                // (only the tail held from earlier appends, or nothing), the
+                // append is taken back whole: the segment ends where it did,
+                // as the `Medium` contract wants of `StorageFull`. A page of
+                // it programmed cannot be taken back: then it is an I/O error.
+                if total - seg.tail.len() <= held {
+                    let keep = seg.tail.len() - data.len();
+                    seg.tail.truncate(keep);
+                    return Err(e);
+                }
+                return Err(io::Error::other(format!(
+                    "segment {id}: the chip filled up partway through an append: {e}"
+                )));
+            }
             if seg.tail.len() == before {
                 break;
             }

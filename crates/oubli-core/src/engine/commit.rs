@@ -178,17 +178,25 @@ impl Core {
         // already made such a flush while they waited, and are done: one
         // frame and its syncs serve them all (group commit).
         let ticket = self.lock_beside_commit().flushes_begun;
-        let mut e = self.lock();
-        if e.flushed_through > ticket {
-            return e.writable();
+        loop {
+            let mut e = self.lock();
+            if e.flushed_through > ticket {
+                return e.writable();
+            }
+            let Some(mut plan) = e.begin_flush()? else {
+                return Ok(());
+            };
+            let owed = plan.owed;
+            let medium = e.ctx.medium.clone();
+            let in_flight = self.flush_in_flight(e);
+            let outcome = plan.write(&*medium);
+            in_flight.land().end_flush(plan, outcome)?;
+            if !owed {
+                return Ok(());
+            }
+            // An earlier flush, stopped by a full medium, is done: now
+            // the one this caller asked for.
         }
-        let Some(plan) = e.begin_flush()? else {
-            return Ok(());
-        };
-        let medium = e.ctx.medium.clone();
-        let in_flight = self.flush_in_flight(e);
-        let outcome = plan.write(&*medium);
-        in_flight.land().end_flush(plan, outcome)
     }
 
     /// The timer's tally record ([`Engine::begin_tally`]), synced without
@@ -196,7 +204,7 @@ impl Core {
     /// change reports.
     fn tally_beside_writes(&self) {
         let mut e = self.lock();
-        let Some(plan) = e.begin_tally() else {
+        let Some(mut plan) = e.begin_tally() else {
             return;
         };
         let medium = e.ctx.medium.clone();
@@ -311,6 +319,17 @@ pub(super) enum Due {
 /// What a flush's I/O returns: the step that failed, and why.
 pub(super) type IoOutcome = std::result::Result<(), (&'static str, std::io::Error)>;
 
+/// What sealing the buffered cells into a frame changed in memory
+/// ([`Engine::undo_frame_cells`]).
+pub(super) struct FrameUndo {
+    tree: Tree,
+    pending: usize,
+    live_bytes: u64,
+    stats: EpochStats,
+    /// The buffered cells sealed into the frame.
+    taken: Vec<((u64, u64), DirtyCell)>,
+}
+
 /// A flush made under the lock, waiting for its I/O: the data sync, then
 /// the intent-log frame and (each flush in format 2, when due in format 6)
 /// the tally record that counts it.
@@ -331,6 +350,9 @@ pub(super) struct FlushPlan {
     logged: usize,
     /// Its place among the flushes begun ([`Engine::flushes_begun`]).
     number: u64,
+    /// An earlier flush that stopped for want of room, run again
+    /// ([`Engine::owed_flush`]): the caller makes its own after it.
+    owed: bool,
 }
 
 /// What a flush appends to the intent log, with the places: a frame (or
@@ -354,8 +376,13 @@ impl FlushPlan {
     /// at a time, since a medium's `sync` may return before the data of a
     /// sync running beside it is down (`DirMedium` takes its dirty set,
     /// then fsyncs).
-    pub(super) fn write(&self, medium: &dyn Medium) -> IoOutcome {
-        let Some(log) = &self.log else {
+    ///
+    /// Each append that lands is struck off the plan, so that a plan
+    /// stopped by a full medium (whose failed append left nothing) is run
+    /// again from where it stopped: the same bytes at the same places,
+    /// never two messages under one key and nonce.
+    pub(super) fn write(&mut self, medium: &dyn Medium) -> IoOutcome {
+        let Some(log) = &mut self.log else {
             return medium.sync().map_err(|e| ("syncing data", e));
         };
         if self.sync_data {
@@ -367,6 +394,7 @@ impl FlushPlan {
             medium
                 .append(log.segment, log.offset, &log.frame)
                 .map_err(|e| ("appending to the intent log", e))?;
+            log.frame = Vec::new();
         }
         // The frame, then the tally that counts it: a batch is counted only
         // once it is durable, so replay can tell a torn tail (not counted)
@@ -378,6 +406,7 @@ impl FlushPlan {
             medium
                 .append(*segment, *offset, record)
                 .map_err(|e| ("appending to the intent log's tally", e))?;
+            log.tally = None;
         }
         medium.sync().map_err(|e| ("syncing the intent log", e))
     }
@@ -580,11 +609,17 @@ impl Engine {
     /// A flush with everything under the lock (the caller holds it through
     /// a larger operation: a snapshot, a share, closing the store).
     pub(super) fn flush(&mut self) -> Result<()> {
-        let Some(plan) = self.begin_flush()? else {
-            return Ok(());
-        };
-        let outcome = plan.write(&*self.ctx.medium);
-        self.end_flush(plan, outcome)
+        loop {
+            let Some(mut plan) = self.begin_flush()? else {
+                return Ok(());
+            };
+            let owed = plan.owed;
+            let outcome = plan.write(&*self.ctx.medium);
+            self.end_flush(plan, outcome)?;
+            if !owed {
+                return Ok(());
+            }
+        }
     }
 
     /// The flush's work under the lock: buffered writes sealed, the pending
@@ -594,6 +629,11 @@ impl Engine {
     pub(super) fn begin_flush(&mut self) -> Result<Option<FlushPlan>> {
         self.writable()?;
         self.resolve_vault_unknown()?;
+        // A flush that a full medium stopped goes first: the frames after
+        // it in the log are replayed only if it is there.
+        if let Some(plan) = self.owed_flush.take() {
+            return Ok(Some(plan));
+        }
         // Format 6: the buffered cells go into the frame, whose one sync
         // makes both durable (its authentication covers them, so a frame
         // whose cells did not all land does not open). The frame must fit
@@ -609,13 +649,30 @@ impl Engine {
                 segment: self.log.segment,
                 at: cells_at,
                 bytes: Vec::with_capacity(cells_bound as usize),
+                taken: Vec::new(),
             });
         }
+        // What sealing the cells into the frame changes, to be undone if
+        // the medium has no room for them: a clone of the tree is its
+        // root (nodes are copied on write), the buffered cells are kept
+        // as they are taken.
+        let undo = self.frame_cells.is_some().then(|| FrameUndo {
+            tree: self.tree.clone(),
+            pending: self.pending.len(),
+            live_bytes: self.live_bytes,
+            stats: self.stats.clone(),
+            taken: Vec::new(),
+        });
         let written = self.write_out_all();
         // The frame's ops name every unit appended so far (and a commit it
         // may fall back to, the tree): none may be rewritten in place now.
         self.name_units();
-        let cells = self.frame_cells.take().map(|c| c.bytes).unwrap_or_default();
+        let (cells, taken) = self
+            .frame_cells
+            .take()
+            .map(|c| (c.bytes, c.taken))
+            .unwrap_or_default();
+        let undo = undo.map(|u| FrameUndo { taken, ..u });
         if let Err(e) = written {
             if !cells.is_empty() {
                 // The tree names cells of a frame that will not be written.
@@ -644,6 +701,7 @@ impl Engine {
                 appends: self.appends,
                 logged: 0,
                 number: self.next_flush_number(),
+                owed: false,
             }));
         }
         let keys = LogKeys {
@@ -715,7 +773,15 @@ impl Engine {
                 .medium
                 .append(self.log.segment, self.log_offset, &head)
             {
-                return self.poison("appending cells to the intent log", e);
+                if no_room(&e) {
+                    // Nothing landed: the cells go back to the buffer and
+                    // the tree to what it named before, as if this flush
+                    // had not begun.
+                    if let Some(undo) = undo {
+                        self.undo_frame_cells(undo);
+                    }
+                }
+                return self.medium_failed("appending cells to the intent log", e);
             }
             self.log_holds_cells = true;
         }
@@ -760,6 +826,7 @@ impl Engine {
             appends: self.appends,
             logged,
             number: self.next_flush_number(),
+            owed: false,
         };
         // The frame's place is taken now: ops accepted while its I/O runs
         // go to the next frame, after it. Should the I/O fail, the store
@@ -779,7 +846,9 @@ impl Engine {
         let TallyCadence::Every(interval) = self.tally_cadence else {
             return None;
         };
+        // Not while a frame waits for room: the record would count it.
         if self.log.format != LogFormat::V3
+            || self.owed_flush.is_some()
             || self.tally_counts == self.log_seq
             || self.tally_written_at.elapsed() < interval
             || self.writable().is_err()
@@ -815,7 +884,23 @@ impl Engine {
             logged: 0,
             // Not a flush: the ops waiting for the next frame are not in it.
             number: 0,
+            owed: false,
         })
+    }
+
+    /// Puts back what sealing cells into a frame changed, the frame's head
+    /// having found no room: the tree as it was (the cells' new units
+    /// were never written, and their keys, placed in no tree a commit
+    /// keeps, are swept), the ops it queued gone, the cells buffered again.
+    fn undo_frame_cells(&mut self, undo: FrameUndo) {
+        self.tree = undo.tree;
+        self.pending.truncate(undo.pending);
+        self.pending_moved();
+        self.live_bytes = undo.live_bytes;
+        self.stats = undo.stats;
+        for ((oid, cell), d) in undo.taken {
+            self.set_dirty(oid, cell, d.start, d.data, d.holes);
+        }
     }
 
     /// Numbers a flush being made ([`Engine::flushes_begun`]).
@@ -825,9 +910,18 @@ impl Engine {
     }
 
     /// Applies what [`FlushPlan::write`] did (the lock held again).
-    pub(super) fn end_flush(&mut self, plan: FlushPlan, outcome: IoOutcome) -> Result<()> {
+    pub(super) fn end_flush(&mut self, mut plan: FlushPlan, outcome: IoOutcome) -> Result<()> {
         if let Err((context, e)) = outcome {
-            return self.poison(context, e);
+            if no_room(&e) {
+                // The failed step left nothing: the rest of the plan (a
+                // frame and its tally, or the timer's tally record) is
+                // run again first thing by the next flush, so that the
+                // log and its tally go on without a gap; the ops stay
+                // accepted and the store usable.
+                plan.owed = true;
+                self.owed_flush = Some(plan);
+            }
+            return self.medium_failed(context, e);
         }
         self.flushed_through = self.flushed_through.max(plan.number);
         // Every sync came after the capture: what was appended up to it is
@@ -1094,9 +1188,14 @@ impl Engine {
         };
         let previous = self.epoch;
         match outcome {
+            // Out of room, the failed step left nothing (the `Medium`
+            // contract): as when the vault refuses, the epoch stays open
+            // and a retry commits. A superblock written but not synced is
+            // in the slot the retry writes again; the vault still holds
+            // the current key, so it never opens (DESIGN §7).
             CommitOutcome::MediumFailed(context, e) => {
                 self.doomed_segments.extend(doomed);
-                self.poison(context, e)
+                self.medium_failed(context, e)
             }
             // The vault still holds the current key: the epoch stays open,
             // the intent log keeps every flushed write, a retry will commit.
@@ -1235,6 +1334,9 @@ impl Engine {
             }
         }
         self.committed_at = now_secs();
+        // A frame that found no room belongs to the old log: the new
+        // tree holds what it carried.
+        self.owed_flush = None;
         // Space only: the old log and unreachable segments are already
         // unreadable. Deleting them is slow (a file system frees their
         // blocks): a thread of its own does it, outside the lock.

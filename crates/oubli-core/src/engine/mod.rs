@@ -374,6 +374,11 @@ struct Engine {
     /// While a flush seals the buffered cells into its frame (format 6):
     /// where they go instead of the data segment.
     frame_cells: Option<FrameCells>,
+    /// A flush whose I/O stopped for want of room: its frame took its
+    /// place in the log and its ops left `pending`, so it is finished
+    /// (the same bytes at the same places) before any later frame, or
+    /// made moot by a commit (DESIGN §7, "A full medium").
+    owed_flush: Option<commit::FlushPlan>,
     /// How often the tally is brought up to date, the batches its last
     /// record counts, and when that record was made.
     tally_cadence: TallyCadence,
@@ -778,6 +783,25 @@ impl Engine {
         Err(Error::io(context, e))
     }
 
+    /// A medium write that failed: out of room (the medium promises the
+    /// failed call left nothing, see [`Medium`]) is `NoSpace` and leaves
+    /// the store usable — the caller has undone, or kept for a retry,
+    /// what it changed in memory (DESIGN §7, "A full medium"); any other
+    /// error poisons the store.
+    fn medium_failed<T>(&mut self, context: &str, e: std::io::Error) -> Result<T> {
+        if !no_room(&e) {
+            return self.poison(context, e);
+        }
+        // Whatever took the room (another program on the same disk) is
+        // not in the gauge: writes ask the medium again.
+        self.space.stale();
+        Err(Error::NoSpace(format!(
+            "{}: {context}: {e}; nothing accepted was lost, and the store retries \
+             once there is room (delete something, or free space outside the store)",
+            self.ctx.medium.describe()
+        )))
+    }
+
     fn record(&self, oid: u64) -> Result<ObjectRecord> {
         match self.tree.get(&object_key(oid), &self.ctx)? {
             Some(Value::Object(r)) => Ok(r),
@@ -956,7 +980,10 @@ impl Engine {
             }
         };
         if let Err(e) = self.ctx.medium.append(seg, off, sealed) {
-            return self.poison("appending to a data segment", e);
+            // Out of room, nothing was appended: the segment keeps its
+            // length (a fresh one is simply never used — ids are not
+            // reused) and the caller puts nothing in the tree.
+            return self.medium_failed("appending to a data segment", e);
         }
         self.data_segment = Some((seg, off + need));
         self.mark_unsynced();
@@ -971,11 +998,22 @@ impl Engine {
 
     fn sync(&mut self, context: &str) -> Result<()> {
         if let Err(e) = self.ctx.medium.sync() {
-            return self.poison(context, e);
+            // Out of room, a sync lost nothing (the `Medium` contract):
+            // what it was to make durable stays unsynced for the next.
+            return self.medium_failed(context, e);
         }
         self.unsynced = false;
         Ok(())
     }
+}
+
+/// Whether a medium error means out of room ([`Medium`]'s contract: the
+/// call that failed so left nothing behind).
+pub(super) fn no_room(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Calls `f(address, sealed length)` for every unit (node on the medium or
@@ -1002,4 +1040,7 @@ pub(super) struct FrameCells {
     segment: SegmentId,
     at: u64,
     bytes: Vec<u8>,
+    /// The buffered cells sealed into `bytes`, kept until the frame's
+    /// head is on the medium (put back if it finds no room).
+    taken: Vec<((u64, u64), DirtyCell)>,
 }

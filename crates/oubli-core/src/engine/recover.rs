@@ -272,6 +272,7 @@ impl Engine {
             tally_offset: 0,
             log_seq: 0,
             log_holds_cells: false,
+            owed_flush: None,
             log_reserved: 0,
             frame_cells: None,
             tally_cadence: TallyCadence::default(),

@@ -319,16 +319,29 @@ impl Engine {
     /// Seals a buffered cell into a new unit under a fresh key and puts it
     /// in the tree (holes at either end of its range are not stored).
     pub(super) fn write_out(&mut self, oid: u64, cell: u64) -> Result<()> {
-        let Some(mut d) = self.take_dirty(oid, cell) else {
+        let Some(d) = self.take_dirty(oid, cell) else {
             return Ok(());
         };
         let end = d.start + d.data.len() as u32;
-        let (s, e) = holes::trim(d.start, end, &mut d.holes);
-        if s >= e {
-            return self.apply(Op::DropCell { oid, cell }, true);
+        let mut holes = d.holes.clone();
+        let (s, e) = holes::trim(d.start, end, &mut holes);
+        let result = if s >= e {
+            self.apply(Op::DropCell { oid, cell }, true)
+        } else {
+            let bytes = &d.data[(s - d.start) as usize..(e - d.start) as usize];
+            self.seal_cell(oid, cell, s, bytes, holes)
+        };
+        match (&result, &mut self.frame_cells) {
+            // The medium had no room and took nothing (the tree is as
+            // before): the cell stays buffered for the next try, so that
+            // what was accepted is not lost.
+            (Err(Error::NoSpace(_)), _) => self.set_dirty(oid, cell, d.start, d.data, d.holes),
+            // Sealed into a flush's frame, whose head may yet find no
+            // room: kept until then.
+            (Ok(()), Some(frame)) => frame.taken.push(((oid, cell), d)),
+            _ => {}
         }
-        let bytes = &d.data[(s - d.start) as usize..(e - d.start) as usize];
-        self.seal_cell(oid, cell, s, bytes, d.holes)
+        result
     }
 
     /// Seals `bytes` as the new content of a cell (from `start`) and puts it in the tree.
@@ -387,15 +400,31 @@ impl Engine {
         // Borrowed: the run lets go of them all when dropped (`placed` again
         // for those in the tree is nothing), whether this ends well or not.
         let mut key_refs = run.key_refs.iter();
+        let mut groups = Vec::new();
         let mut i = 0;
         while i < count {
             let j = i + same_way(&places[i..], unit as u64);
+            groups.push((i, j));
+            i = j;
+        }
+        // The appends first, before the tree changes: a run that finds no
+        // room on the medium (`NoSpace`, nothing appended) leaves the
+        // object as it was.
+        let mut appended = Vec::new();
+        for &(i, j) in &groups {
+            if places[i].is_none() {
+                appended.push(self.append_units(&run.bytes[i * unit..j * unit], unit)?);
+            }
+        }
+        let mut appended = appended.into_iter();
+        for (i, j) in groups {
             let bytes = &run.bytes[i * unit..j * unit];
             let addrs = match places[i] {
+                None => appended.next().expect("appended above"),
                 Some(at) if self.rewrite_in_place(at, bytes, j - i) => {
                     (0..j - i).map(|k| at + (k * unit) as u64).collect()
                 }
-                _ => self.append_units(bytes, unit)?,
+                Some(_) => self.append_units(bytes, unit)?,
             };
             // Into the tree right after their bytes, so that a failure
             // further on leaves no cell pointing at a unit written over.
@@ -412,7 +441,6 @@ impl Engine {
                 };
                 self.apply(Op::PutCell { oid, cell, cref }, true)?;
             }
-            i = j;
         }
         Ok(())
     }
@@ -634,7 +662,12 @@ impl Engine {
         // A whole cell has nothing more to wait for; the next flush's frame
         // takes a few (`small_writes_buffered`), a stream's go now.
         if full && self.dirty_bytes > self.small_writes_buffered {
-            self.write_out(oid, cell)?;
+            match self.write_out(oid, cell) {
+                // No room now: the cell stays buffered (accepted; the next
+                // flush writes it or reports the medium still full).
+                Err(Error::NoSpace(_)) => {}
+                other => other?,
+            }
         }
         Ok(replaced_sealed)
     }

@@ -97,6 +97,42 @@ impl Env {
         env
     }
 
+    /// A store in a directory of a tmpfs of `size`, which other files
+    /// (`self.tmpfs`'s path) may share: another program filling the disk.
+    fn on_shared_tmpfs(size: &str) -> Option<Env> {
+        let dir = tempfile::tempdir().unwrap();
+        let tmpfs = Tmpfs::mount(&dir.path().join("fs"), size)?;
+        let env = Env {
+            store: tmpfs.0.join("store").display().to_string(),
+            vault: dir.path().join("vault"),
+            dir,
+            tmpfs: Some(tmpfs),
+        };
+        env.ok(env
+            .cmd()
+            .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"]));
+        Some(env)
+    }
+
+    /// A mount point for the store, and a guard that unmounts it (if
+    /// mounted) when the test ends, failed or not.
+    fn mount_point(&self) -> (PathBuf, Umount) {
+        let mnt = self.path("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let guard = Umount(
+            mnt.clone(),
+            vec![
+                "OUBLI_STORE".into(),
+                self.store.clone().into(),
+                "OUBLI_VAULT".into(),
+                self.vault.clone().into(),
+                "OUBLI_PASSWORD".into(),
+                PASSWORD.into(),
+            ],
+        );
+        (mnt, guard)
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -169,6 +205,20 @@ impl Env {
             String::from_utf8_lossy(&o.stderr)
         );
         o.stdout
+    }
+}
+
+/// Runs `oubli umount` on its mount point when dropped.
+struct Umount(PathBuf, Vec<std::ffi::OsString>);
+
+impl Drop for Umount {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_oubli"))
+            .env_clear()
+            .envs(self.1.chunks(2).map(|p| (&p[0], &p[1])))
+            .arg("umount")
+            .arg(&self.0)
+            .output();
     }
 }
 
@@ -330,30 +380,7 @@ fn mount_on_a_full_file_system() {
     let Some(env) = Env::on_tmpfs("64m") else {
         return;
     };
-    let mnt = env.path("mnt");
-    fs::create_dir(&mnt).unwrap();
-    struct Umount(PathBuf, Vec<std::ffi::OsString>);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_oubli"))
-                .env_clear()
-                .envs(self.1.chunks(2).map(|p| (&p[0], &p[1])))
-                .arg("umount")
-                .arg(&self.0)
-                .output();
-        }
-    }
-    let _guard = Umount(
-        mnt.clone(),
-        vec![
-            "OUBLI_STORE".into(),
-            env.store.clone().into(),
-            "OUBLI_VAULT".into(),
-            env.vault.clone().into(),
-            "OUBLI_PASSWORD".into(),
-            PASSWORD.into(),
-        ],
-    );
+    let (mnt, _guard) = env.mount_point();
     let metrics = env.path("metrics.prom");
     env.ok(env
         .cmd()
@@ -431,6 +458,97 @@ fn mount_on_a_full_file_system() {
         let got = fs::read(mnt.join(format!("g{j}"))).unwrap_or_default();
         assert!(got == noise(size, j), "g{j} lost after the unmount");
     }
+    env.ok(env.cmd().arg("umount").arg(&mnt));
+    env.ok(env.cmd().arg("fsck"));
+}
+
+/// Writes `data` to `path` and fsyncs it; whether every step succeeded.
+fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+/// Fills the file system under `dir` with the file `dir/hog` (another
+/// program's, outside the store) until it reports ENOSPC.
+fn hog(dir: &Path) -> PathBuf {
+    let path = dir.join("hog");
+    let mut f = fs::File::create(&path).unwrap();
+    let zeros = vec![0u8; 64 << 10];
+    loop {
+        match f.write(&zeros) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling the disk: {e}"),
+        }
+    }
+    path
+}
+
+/// `oubli mount` on a store whose file system another program fills past
+/// the reserve (issue 39 item 1): writes and fsync on the mount get
+/// ENOSPC, `oubli commit MNT` exits 9, `rm` works on the full mount; once
+/// the other program's file is gone, writes, `rm` and commits work again
+/// without a remount, the unmount exits 0, and everything fsynced or
+/// closed without error is there after a remount.
+#[test]
+fn mount_when_another_program_fills_the_disk() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(env) = Env::on_shared_tmpfs("64m") else {
+        return;
+    };
+    let (mnt, _guard) = env.mount_point();
+    env.ok(env.cmd().arg("mount").arg(&mnt));
+    let size = 1 << 20;
+    for i in 0..4u64 {
+        write_synced(&mnt.join(format!("a{i}")), &noise(size, i)).unwrap();
+    }
+    // Small files closed without fsync: their data may still be buffered.
+    for i in 0..4u64 {
+        write_file(&mnt.join(format!("b{i}")), &noise(20 << 10, 10 + i)).unwrap();
+    }
+    let fs_root = env.tmpfs.as_ref().unwrap().0.clone();
+    let hog = hog(&fs_root);
+    // The disk is full: writes and fsync get ENOSPC.
+    let err = write_synced(&mnt.join("c0"), &noise(size, 20)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let o = env.output(env.cmd().arg("commit").arg(&mnt));
+    assert_eq!(
+        o.status.code(),
+        Some(9),
+        "commit on the full disk: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Not poisoned: reads, and a delete.
+    assert!(fs::read(mnt.join("a1")).unwrap() == noise(size, 1));
+    fs::remove_file(mnt.join("a0")).unwrap();
+    // The other program's file goes: everything resumes on this mount.
+    fs::remove_file(&hog).unwrap();
+    write_synced(&mnt.join("c1"), &noise(size, 21)).unwrap();
+    fs::remove_file(mnt.join("a2")).unwrap();
+    env.ok(env.cmd().arg("commit").arg(&mnt));
+    write_file(&mnt.join("c2"), &noise(size, 22)).unwrap();
+    let o = env.output(env.cmd().arg("umount").arg(&mnt));
+    assert!(
+        o.status.success(),
+        "umount: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    env.ok(env.cmd().arg("mount").arg(&mnt));
+    for gone in ["a0", "a2"] {
+        assert!(!mnt.join(gone).exists(), "{gone} is back");
+    }
+    assert!(fs::read(mnt.join("a1")).unwrap() == noise(size, 1));
+    assert!(fs::read(mnt.join("a3")).unwrap() == noise(size, 3));
+    for i in 0..4u64 {
+        let got = fs::read(mnt.join(format!("b{i}"))).unwrap_or_default();
+        assert!(got == noise(20 << 10, 10 + i), "b{i} lost");
+    }
+    assert!(fs::read(mnt.join("c1")).unwrap() == noise(size, 21));
+    assert!(fs::read(mnt.join("c2")).unwrap() == noise(size, 22));
     env.ok(env.cmd().arg("umount").arg(&mnt));
     env.ok(env.cmd().arg("fsck"));
 }

@@ -565,40 +565,8 @@ fn serve_on_a_full_file_system() {
     let Some(env) = Env::on_tmpfs("48m") else {
         return;
     };
-    let sock = env.path("nbd.sock");
-    let log = env.path("serve.log");
-    let mut child = env
-        .cmd()
-        .args(["serve", "--export", "disk", "--size", "256M", "--socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let server = Kill(&mut child);
-    wait_for("the socket", || {
-        std::os::unix::net::UnixStream::connect(&sock).is_ok()
-    });
-    let uri = format!("nbd+unix:///disk?socket={}", sock.display());
-    let io = |cmds: &[String]| {
-        let mut c = Command::new("qemu-io");
-        c.args(["-f", "raw"]).arg(&uri);
-        for cmd in cmds {
-            c.args(["-c", cmd]);
-        }
-        let o = env.output(&mut c);
-        let out =
-            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-        (o.status.success() && !out.contains("failed"), out)
-    };
+    let server = Served::start(&env);
+    let io = |cmds: &[String]| server.io(&env, cmds);
     // 1 MiB writes, each followed by a flush, until one fails.
     let mut filled = 0u64;
     let failure = loop {
@@ -641,21 +609,135 @@ fn serve_on_a_full_file_system() {
         format!("read -P {} {}M 1M", half % 200 + 1, half),
     ]);
     assert!(ok, "{out}");
-    let pid = server.0.id();
-    run(Command::new("kill").args(["-TERM", &pid.to_string()]));
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = server.0.try_wait().unwrap() {
-            break st;
+    server.stop();
+    env.ok(env.cmd().arg("fsck"));
+}
+
+/// `oubli serve --export disk --size 256M` of `env`'s store, on a Unix
+/// socket; killed when dropped.
+struct Served {
+    child: std::process::Child,
+    uri: String,
+    log: PathBuf,
+}
+
+impl Served {
+    fn start(env: &Env) -> Served {
+        let sock = env.path("nbd.sock");
+        let log = env.path("serve.log");
+        let child = env
+            .cmd()
+            .args(["serve", "--export", "disk", "--size", "256M", "--socket"])
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let served = Served {
+            child,
+            uri: format!("nbd+unix:///disk?socket={}", sock.display()),
+            log,
+        };
+        wait_for("the socket", || {
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        });
+        served
+    }
+
+    /// Runs `qemu-io` commands against the export: whether all went
+    /// well, and what it said.
+    fn io(&self, env: &Env, cmds: &[String]) -> (bool, String) {
+        let mut c = Command::new("qemu-io");
+        c.args(["-f", "raw"]).arg(&self.uri);
+        for cmd in cmds {
+            c.args(["-c", cmd]);
         }
-        assert!(start.elapsed() < common::LIMIT, "serve ignored SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let o = env.output(&mut c);
+        let out =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.success() && !out.contains("failed"), out)
+    }
+
+    /// SIGTERM, and the server must exit 0 (it commits on the way out).
+    fn stop(mut self) {
+        let pid = self.child.id();
+        run(Command::new("kill").args(["-TERM", &pid.to_string()]));
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(start.elapsed() < common::LIMIT, "serve ignored SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "serve exited {status}: {}",
+            fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `oubli serve` whose store's disk another program fills past the
+/// reserve (issue 39 item 1): a write and flush from the client fail with
+/// ENOSPC (NBD_ENOSPC) and do not poison the store; once the other file
+/// is gone, writes and flushes succeed on the same server, TRIM works, the
+/// server exits 0, and every flushed write reads back after a restart.
+#[test]
+fn serve_when_another_program_fills_the_disk() {
+    if !require(on_path("qemu-io"), "qemu-io is missing (qemu-utils)") {
+        return;
+    }
+    let Some(env) = Env::on_shared_tmpfs("48m") else {
+        return;
     };
+    let server = Served::start(&env);
+    let io = |cmds: &[String]| server.io(&env, cmds);
+    let (ok, out) = io(&["write -P 1 0 4M".into(), "flush".into()]);
+    assert!(ok, "{out}");
+    let hog = hog(&env.tmpfs.as_ref().unwrap().0);
+    let (ok, out) = io(&["write -P 2 8M 4M".into(), "flush".into()]);
     assert!(
-        status.success(),
-        "serve exited {status}: {}",
-        fs::read_to_string(&log).unwrap_or_default()
+        !ok && out.contains("No space left on device"),
+        "a write on the full disk: {out}"
     );
-    drop(server);
+    // Not poisoned: reads, and TRIM.
+    let (ok, out) = io(&[
+        "read -P 1 0 4M".into(),
+        "discard 2M 1M".into(),
+        "flush".into(),
+    ]);
+    assert!(ok, "{out}");
+    fs::remove_file(&hog).unwrap();
+    let (ok, out) = io(&["write -P 3 16M 4M".into(), "flush".into()]);
+    assert!(ok, "a write once the space is back: {out}");
+    env.ok(env.cmd().arg("commit"));
+    let (ok, out) = io(&[
+        "read -P 1 0 2M".into(),
+        "read -P 0 2M 1M".into(),
+        "read -P 1 3M 1M".into(),
+        "read -P 3 16M 4M".into(),
+    ]);
+    assert!(ok, "{out}");
+    server.stop();
+    let server = Served::start(&env);
+    let (ok, out) = server.io(
+        &env,
+        &[
+            "read -P 1 0 2M".into(),
+            "read -P 0 2M 1M".into(),
+            "read -P 3 16M 4M".into(),
+        ],
+    );
+    assert!(ok, "after a restart: {out}");
+    server.stop();
     env.ok(env.cmd().arg("fsck"));
 }

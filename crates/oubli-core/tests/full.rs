@@ -327,3 +327,65 @@ fn no_space_at_every_io_point_of_a_flush() {
 fn no_space_at_every_io_point_of_a_commit() {
     sweep(true);
 }
+
+/// A truncate inside a cell on a medium another program filled, and a
+/// cleaner run that finds no room for its copies: the truncate, which
+/// must seal the cut cell anew, keeps it buffered and succeeds; the run
+/// fails with `NoSpace` without poisoning the store; then the same handle
+/// collects and commits, and the truncate holds after a reopen.
+#[test]
+fn the_cleaner_and_a_truncate_on_a_medium_filled_by_someone_else() {
+    let (medium, mem) = full_medium();
+    let (store, vault) = create(medium.clone());
+    let size = 256 << 10;
+    let mut objects = Vec::new();
+    for seed in 0..8 {
+        let oid = store.create_object(b"").unwrap();
+        store.write(oid, 0, &noise(size, seed)).unwrap();
+        objects.push((oid, seed));
+    }
+    store.commit().unwrap();
+    // Every other object goes: their segments are half dead.
+    for &(oid, _) in objects.iter().step_by(2) {
+        store.delete(oid).unwrap();
+    }
+    store.commit().unwrap();
+    let kept: Vec<_> = objects.iter().skip(1).step_by(2).copied().collect();
+    medium.set_space_limit(Some(used(&mem)));
+    // A truncate inside a cell: its cut cell waits in the buffer.
+    let (cut, cut_seed) = kept[0];
+    store.truncate(cut, 1000).unwrap();
+    assert_eq!(
+        store.read(cut, 0, size).unwrap(),
+        noise(size, cut_seed)[..1000]
+    );
+    for &(oid, seed) in &kept[1..] {
+        assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
+    }
+    medium.set_space_limit(Some(LIMIT));
+    // The disk fills again between the cleaner's measure and its first
+    // copy: the run stops with `NoSpace`, the store goes on.
+    medium.arm_no_space(medium.points());
+    no_space("a cleaner run that finds no room", store.gc(0.9));
+    assert_eq!(
+        store.read(kept[1].0, 0, size).unwrap(),
+        noise(size, kept[1].1)
+    );
+    let report = store.gc(0.9).unwrap();
+    assert!(report.bytes_reclaimed > 0, "{report:?}");
+    store.commit().unwrap();
+    drop(store);
+    let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+    assert_eq!(
+        store.read(cut, 0, size).unwrap(),
+        noise(size, cut_seed)[..1000]
+    );
+    for &(oid, seed) in &kept[1..] {
+        assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
+    }
+    for &(oid, _) in objects.iter().step_by(2) {
+        assert!(matches!(store.object(oid), Err(Error::NoObject(_))));
+    }
+    let fsck = store.fsck(&mut |_| {}).unwrap();
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}

@@ -485,6 +485,16 @@ impl Engine {
         run.node_budget = budget;
         run.mover.out.give_back(self);
         match result {
+            // The medium had no room for a copy and took nothing
+            // (DESIGN §7, "A full medium"): every pointer moved so far
+            // names a copy that landed, and the rest still name their
+            // victims, so the run stays where its cursor is and the next
+            // slice goes over that stretch again (what was moved is no
+            // longer in a victim).
+            Err(e @ Error::NoSpace(_)) => {
+                self.cleaning = Some(run);
+                Err(e)
+            }
             Err(e) => {
                 // Units were appended and nodes changed: the in-memory
                 // state may be ahead of anything a commit can vouch for.

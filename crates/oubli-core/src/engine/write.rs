@@ -702,7 +702,15 @@ impl Engine {
         self.set_dirty(oid, cell, s, kept, gaps);
         // Seal now: the old unit (with the removed bytes) must leave the tree
         // before the next commit, and an unflushed buffer is not in the tree.
-        self.write_out(oid, cell)
+        match self.write_out(oid, cell) {
+            // No room (another program filled the disk): the cut cell
+            // stays buffered, which reads see, and a commit seals every
+            // buffered cell before it captures the tree — so the old unit
+            // still leaves it before any commit lands. A delete on a full
+            // disk must work.
+            Err(Error::NoSpace(_)) => Ok(()),
+            other => other,
+        }
     }
 
     /// Runs a truncate or punch: if it sealed units away (a cell cut short

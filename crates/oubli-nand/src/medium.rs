@@ -427,3 +427,46 @@ impl Medium for NandMedium {
             .change(LNUM_SUPERBLOCK + slot.index() as Lnum, data)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ubi::UbiConfig;
+
+    /// A chip that runs out of erase blocks: the append that finds none is
+    /// taken back whole (the `Medium` contract for `StorageFull`), so the
+    /// segment ends where it did and what landed before reads back.
+    #[test]
+    fn an_append_that_finds_no_erase_block_is_taken_back() {
+        let geometry = Geometry {
+            page_size: 512,
+            pages_per_block: 16,
+            blocks: 48,
+            oob_bytes: 32,
+        };
+        let chip = Arc::new(NandChip::in_memory(geometry, &[3], None).unwrap());
+        let ubi = Arc::new(Ubi::attach(chip, UbiConfig::default()).unwrap());
+        let m = NandMedium::new(ubi).unwrap();
+        let capacity = m.segment_capacity();
+        // Under a page each, so that no append programs a page of its own
+        // before the one that needs a new block.
+        let chunk: Vec<u8> = (0..100u8).collect();
+        let (mut id, mut offset) = (10, 0u64);
+        let err = loop {
+            if offset + chunk.len() as u64 > capacity {
+                id += 1;
+                offset = 0;
+            }
+            match m.append(id, offset, &chunk) {
+                Ok(()) => offset += chunk.len() as u64,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), ErrorKind::StorageFull, "{err}");
+        assert_eq!(m.segment_len(id).unwrap().unwrap_or(0), offset);
+        assert!(offset >= chunk.len() as u64, "the failure came first");
+        let mut buf = vec![0u8; chunk.len()];
+        m.read(id, offset - chunk.len() as u64, &mut buf).unwrap();
+        assert_eq!(buf, chunk);
+    }
+}

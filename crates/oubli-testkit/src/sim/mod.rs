@@ -799,11 +799,8 @@ impl Sim {
         let Some(share) = self.live_share(pick) else {
             return Ok(());
         };
-        // As the runner does: once the share vault is wiped the data is
-        // gone whatever the commit does, so both states count it gone.
-        let doomed = self.doomed(share);
-        self.runner.model.destroyed.extend(&doomed);
-        self.runner.acked.destroyed.extend(&doomed);
+        // Counted gone once the store says so; after a crash, once the
+        // share vault was wiped, whatever the commit did (see `settle`).
         let (name, vault) = (
             self.shares[share].name.clone(),
             self.shares[share].vault.clone(),
@@ -981,7 +978,31 @@ impl Sim {
     /// state or one reached since (in the order the steps ran); that one
     /// becomes the model.
     fn settle(&mut self, store: &Store, what: &str) -> Result<(), String> {
+        // A share whose vault was wiped is gone in every candidate state,
+        // whether or not the crash let the store record it.
+        let wiped: Vec<usize> = (0..self.shares.len())
+            .filter(|&s| {
+                !self.shares[s].destroyed
+                    && self.shares[s]
+                        .vault
+                        .load()
+                        .is_ok_and(|r| r.epoch == oubli_core::SHARE_DESTROYED)
+            })
+            .collect();
         let r = &mut self.runner;
+        for model in self
+            .since_ack
+            .iter_mut()
+            .chain([&mut r.acked, &mut r.model])
+        {
+            let doomed: Vec<u64> = model
+                .share_of
+                .iter()
+                .filter(|(_, s)| wiped.contains(s))
+                .map(|(oid, _)| *oid)
+                .collect();
+            model.destroyed.extend(doomed);
+        }
         let acked = match r.acked.diff(store) {
             None => {
                 r.model = r.acked.clone();

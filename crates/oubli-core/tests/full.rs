@@ -4,7 +4,7 @@ mod common;
 
 use common::options;
 use oubli_core::{CreateOptions, Error, Medium, Store, Vault};
-use oubli_media::{FaultMedium, MemMedium};
+use oubli_media::{FaultMedium, MemMedium, TearMode};
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
 
@@ -388,4 +388,89 @@ fn the_cleaner_and_a_truncate_on_a_medium_filled_by_someone_else() {
     }
     let fsck = store.fsck(&mut |_| {}).unwrap();
     assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}
+
+/// Lengths of every segment of `mem`.
+fn lengths(mem: &MemMedium) -> std::collections::BTreeMap<u32, u64> {
+    mem.list_segments()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s, mem.segment_len(s).unwrap().unwrap_or(0)))
+        .collect()
+}
+
+/// Small-log store: objects of `chunk` bytes, one per flush, until a
+/// flush commits because its frame does not fit the log. Returns the
+/// number of flushes before it and whether that flush had put its cells
+/// in the log first (a frame head whose batch never follows).
+fn flushes_to_full_log(chunk: usize) -> (usize, bool) {
+    let mem = Arc::new(MemMedium::with_segment_capacity(64 << 10));
+    let medium = Arc::new(FaultMedium::new(mem.clone()));
+    let (store, _vault) = create(medium.clone());
+    let mut log = None;
+    for k in 0.. {
+        assert!(k < 100, "the log never filled");
+        let oid = store.create_object(b"").unwrap();
+        store.write(oid, 0, &noise(chunk, k as u64)).unwrap();
+        let (epoch, before) = (store.epoch(), lengths(&mem));
+        store.flush().unwrap();
+        let after = lengths(&mem);
+        let grew =
+            |s: &u32| after.get(s).copied().unwrap_or(0) > before.get(s).copied().unwrap_or(0);
+        if store.epoch() != epoch {
+            return (k, log.as_ref().is_some_and(grew));
+        }
+        // The log is the one segment every flush grows.
+        if log.is_none() {
+            log = after.keys().copied().find(|s| grew(s));
+        }
+    }
+    unreachable!()
+}
+
+/// A flush whose frame does not fit the log puts its cells in the log
+/// (the tree names them), then commits; when that commit finds no room,
+/// the log holds a frame head whose batch never follows, and the flush
+/// fails with `NoSpace`. No later frame may follow that head (replay
+/// stops at a frame it cannot open): the ops stay queued, so the next
+/// frame is larger still and commits too. What the next flush
+/// acknowledges — the failed flush's writes with it — survives a power
+/// cut.
+#[test]
+fn a_full_log_whose_commit_found_no_room_loses_nothing_at_a_cut() {
+    // The window is the batch's size (tens of bytes) in every frame's
+    // worth of sizes: one byte at a time.
+    let chunk = (3000..3400)
+        .find(|&c| flushes_to_full_log(c).1)
+        .expect("no chunk size puts cells in a full log");
+    let k = flushes_to_full_log(chunk).0;
+    let mem = Arc::new(MemMedium::with_segment_capacity(64 << 10));
+    let medium = Arc::new(FaultMedium::new(mem.clone()));
+    let (store, vault) = create(medium.clone());
+    let mut expected = Vec::new();
+    for i in 0..=k {
+        let oid = store.create_object(b"").unwrap();
+        let data = noise(chunk, i as u64);
+        store.write(oid, 0, &data).unwrap();
+        expected.push((oid, data));
+        if i == k {
+            // The cells go down (one point), the commit's first append fails.
+            medium.arm_no_space(medium.points() + 1);
+            no_space("the flush whose commit found no room", store.flush());
+        } else {
+            store.flush().unwrap();
+        }
+    }
+    // A small change, acknowledged by a flush.
+    let oid = store.create_object(b"small").unwrap();
+    store.write(oid, 0, b"acknowledged").unwrap();
+    expected.push((oid, b"acknowledged".to_vec()));
+    store.flush().unwrap();
+    let cut = Arc::new(mem.crash(TearMode::DropUnsynced, 0));
+    drop(store);
+    let store = Store::open(cut, vault, options()).unwrap();
+    for (oid, data) in &expected {
+        let got = store.read(*oid, 0, data.len()).unwrap_or_default();
+        assert!(got == *data, "object {oid} lost after the cut");
+    }
 }

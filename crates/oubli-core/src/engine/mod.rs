@@ -795,9 +795,10 @@ impl Engine {
         // Whatever took the room (another program on the same disk) is
         // not in the gauge: writes ask the medium again.
         self.space.stale();
+        // (The error's text goes on with what to do: free space, `oubli gc`.)
         Err(Error::NoSpace(format!(
-            "{}: {context}: {e}; nothing accepted was lost, and the store retries \
-             once there is room (delete something, or free space outside the store)",
+            "{}: {context}: {e}; nothing accepted was lost, and it goes to the medium \
+             once there is room",
             self.ctx.medium.describe()
         )))
     }

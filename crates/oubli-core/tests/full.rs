@@ -30,6 +30,10 @@ fn full_medium() -> (Arc<FaultMedium<Arc<MemMedium>>>, Arc<MemMedium>) {
 }
 
 fn create(medium: Arc<dyn Medium>) -> (Store, Arc<MemoryVault>) {
+    create_with(medium, CreateOptions::default())
+}
+
+fn create_with(medium: Arc<dyn Medium>, create: CreateOptions) -> (Store, Arc<MemoryVault>) {
     let vault = Arc::new(MemoryVault::empty());
     let v = vault.clone();
     let store = Store::create(
@@ -38,11 +42,20 @@ fn create(medium: Arc<dyn Medium>) -> (Store, Arc<MemoryVault>) {
             v.store(r)?;
             Ok(v)
         },
-        CreateOptions::default(),
+        create,
         options(),
     )
     .unwrap();
     (store, vault)
+}
+
+/// Options of a store under the keyed hash forest (whose keys live
+/// outside the tree, so that key consolidation has work).
+fn forest() -> CreateOptions {
+    CreateOptions {
+        key_scheme: oubli_crypto::SCHEME_KEYED_HASH_FOREST,
+        ..CreateOptions::default()
+    }
 }
 
 /// Writes objects of `size` (some in small writes that stay buffered)
@@ -473,4 +486,82 @@ fn a_full_log_whose_commit_found_no_room_loses_nothing_at_a_cut() {
         let got = store.read(*oid, 0, data.len()).unwrap_or_default();
         assert!(got == *data, "object {oid} lost after the cut");
     }
+}
+
+/// Key consolidation (a keyed hash forest re-seals every live cell) that
+/// finds no room partway: `NoSpace`, and the store is not poisoned — the
+/// cells re-sealed so far name copies that landed, the others their old
+/// units; deletes and commits go on, a later pass finishes, and
+/// everything reads back after a reopen.
+#[test]
+fn key_consolidation_that_finds_no_room_does_not_poison_the_store() {
+    let medium = Arc::new(FaultMedium::new(Arc::new(MemMedium::new())));
+    let (store, vault) = create_with(medium.clone(), forest());
+    let size = 128 << 10;
+    let mut objects = Vec::new();
+    for seed in 0..6 {
+        let oid = store.create_object(b"").unwrap();
+        store.write(oid, 0, &noise(size, seed)).unwrap();
+        objects.push((oid, seed));
+    }
+    store.commit().unwrap();
+    let (gone, _) = objects.remove(0);
+    store.delete(gone).unwrap();
+    // Its commit first (points 0..), then the copies: the one after a few.
+    let points = medium.points();
+    store.commit().unwrap();
+    let commit_points = medium.points() - points;
+    medium.arm_no_space(medium.points() + commit_points + 3);
+    no_space("consolidation", store.consolidate_keys());
+    for &(oid, seed) in &objects {
+        assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
+    }
+    let (gone2, _) = objects.remove(0);
+    store.delete(gone2).unwrap();
+    store.commit().unwrap();
+    store.consolidate_keys().unwrap();
+    drop(store);
+    let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+    for &(oid, seed) in &objects {
+        assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
+    }
+    for oid in [gone, gone2] {
+        assert!(matches!(store.object(oid), Err(Error::NoObject(_))));
+    }
+    let fsck = store.fsck(&mut |_| {}).unwrap();
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}
+
+/// Key consolidation copies all live data, so it is new data as far as the
+/// medium's room goes: on a store more than half full it is refused with
+/// `NoSpace` before it changes anything, instead of eating the reserve
+/// that deletes, commits and the cleaner need.
+#[test]
+fn key_consolidation_leaves_the_reserve_alone() {
+    let (medium, _mem) = full_medium();
+    let (store, vault) = create_with(medium.clone(), forest());
+    let size = 256 << 10;
+    let mut objects = Vec::new();
+    for seed in 0..(LIMIT / size as u64 * 2 / 3) {
+        let oid = store.create_object(b"").unwrap();
+        store.write(oid, 0, &noise(size, seed)).unwrap();
+        objects.push((oid, seed));
+    }
+    store.commit().unwrap();
+    let space = store.space().unwrap().unwrap();
+    no_space(
+        "consolidating two thirds of the medium",
+        store.consolidate_keys(),
+    );
+    assert_eq!(store.space().unwrap().unwrap().free, space.free);
+    // Nothing changed, nothing poisoned.
+    let (gone, _) = objects.remove(0);
+    store.delete(gone).unwrap();
+    store.commit().unwrap();
+    drop(store);
+    let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+    for &(oid, seed) in &objects {
+        assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
+    }
+    assert!(matches!(store.object(gone), Err(Error::NoObject(_))));
 }

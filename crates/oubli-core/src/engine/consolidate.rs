@@ -37,6 +37,10 @@ impl Engine {
         if !scheme.keeps_keys_outside_tree() {
             return Ok(ConsolidateReport::default());
         }
+        // A copy of all live data: new data as far as the medium's room
+        // goes, so refused (`NoSpace`, nothing changed) where it would eat
+        // into the reserve that deletes, commits and the cleaner need.
+        self.admit(self.live_bytes)?;
         // Everything buffered into the tree, and a tree the medium holds.
         self.commit()?;
         let mut report = ConsolidateReport {
@@ -120,7 +124,13 @@ impl Engine {
         self.release_nodes(freed);
         self.snapshot_generation += 1;
         if let Err(e) = result {
-            self.poisoned = Some(format!("consolidation: {e}"));
+            // Out of room (DESIGN §7, "A full medium"): each cell re-sealed
+            // so far names a copy that landed, the others their old units,
+            // so the tree is whole; the next commit writes the nodes the
+            // pass changed, and a later pass re-seals what is left.
+            if !matches!(e, Error::NoSpace(_)) {
+                self.poisoned = Some(format!("consolidation: {e}"));
+            }
             return Err(e);
         }
         self.commit()?;

@@ -43,6 +43,9 @@ impl Engine {
         self.admit(self.live_bytes)?;
         // Everything buffered into the tree, and a tree the medium holds.
         self.commit()?;
+        // Measured again (the commit marked the measure stale): the
+        // headroom above may be a second old, and the commit took room.
+        self.admit(self.live_bytes)?;
         let mut report = ConsolidateReport {
             roots_before: scheme.stats().roots,
             ..ConsolidateReport::default()

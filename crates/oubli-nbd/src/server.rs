@@ -350,6 +350,10 @@ struct Conn {
     deadline: Option<Instant>,
     /// A TCP connection whose client has not authenticated yet.
     unauthenticated: bool,
+    /// Counted in [`Stats::handshake_timeouts`] already (by whichever of
+    /// the deadline thread and the connection's own socket timeout saw it
+    /// first), so that it counts once, and before its socket closes.
+    timed_out: bool,
 }
 
 struct Shared {
@@ -404,6 +408,29 @@ impl Shared {
             }
             _ => false,
         }
+    }
+    /// Counts connection `id`'s handshake timeout, once whoever notices it.
+    /// Called before its socket is closed, so a client that sees the
+    /// close sees the count.
+    /// `true` if this call counted it (the caller then logs it).
+    fn count_timeout(&self, conns: &mut HashMap<u64, Conn>, id: u64) -> bool {
+        let Some(c) = conns.get_mut(&id) else {
+            return false;
+        };
+        if std::mem::replace(&mut c.timed_out, true) {
+            return false;
+        }
+        self.stats
+            .handshake_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        true
+    }
+    /// What a connection cut off at its handshake deadline is told in the log.
+    fn timeout_error(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no handshake within {:?}", self.config.handshake_timeout),
+        )
     }
     /// Connection `id` entered transmission: no handshake deadline any more.
     fn in_transmission(&self, id: u64) {
@@ -712,16 +739,29 @@ fn enforce_deadlines(shared: &Shared) {
     while !shared.stopping.load(Ordering::SeqCst) {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
-        for c in conns.values_mut() {
-            match c.deadline {
-                Some(d) if d <= now => {
-                    // The connection's thread sees its socket fail and
-                    // reports the timeout (its own clock says it is late).
-                    c.stream.shutdown(Shutdown::Both);
-                    c.deadline = None;
-                }
-                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
-                None => {}
+        let late: Vec<u64> = conns
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            // Counted and logged before the cut, so that a client that
+            // sees the close finds both; the connection's thread then sees
+            // its socket fail and ends quietly.
+            if shared.count_timeout(&mut conns, id) {
+                shared.log(&format!(
+                    "connection {id}: handshake ended: {}",
+                    shared.timeout_error()
+                ));
+            }
+            if let Some(c) = conns.get_mut(&id) {
+                c.stream.shutdown(Shutdown::Both);
+                c.deadline = None;
+            }
+        }
+        for c in conns.values() {
+            if let Some(d) = c.deadline {
+                next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
         conns = match next {
@@ -781,6 +821,7 @@ fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
                 stream: handle,
                 deadline: Some(deadline),
                 unauthenticated,
+                timed_out: false,
             },
         );
         shared.deadlines.notify_all();
@@ -1052,24 +1093,23 @@ fn handshake(
     tls: TlsMode,
     deadline: Instant,
 ) -> io::Result<Option<(Negotiated, Vec<u8>)>> {
-    handshake_until(shared, id, raw, wire, tls, deadline).map_err(|e| {
+    match handshake_until(shared, id, raw, wire, tls, deadline) {
         // Cut off at the deadline: the socket's error says only that it failed.
-        let late = matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-        ) || Instant::now() >= deadline;
-        if !late {
-            return e;
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) || Instant::now() >= deadline =>
+        {
+            if shared.count_timeout(&mut shared.conns(), id) {
+                Err(shared.timeout_error())
+            } else {
+                // The deadline thread cut it, and said so.
+                Ok(None)
+            }
         }
-        shared
-            .stats
-            .handshake_timeouts
-            .fetch_add(1, Ordering::Relaxed);
-        io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("no handshake within {:?}", shared.config.handshake_timeout),
-        )
-    })
+        other => other,
+    }
 }
 
 fn handshake_until(

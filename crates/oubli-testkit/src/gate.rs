@@ -1,6 +1,7 @@
 //! `GateProvider`: a crypto provider whose sealing of whole cells can be held at a gate, to pin down what runs while a write seals outside the engine lock.
 
-use oubli_crypto::{AuthError, CryptoProvider, SecretKey, TAG_LEN};
+use crate::forward::forward_crypto;
+use oubli_crypto::{CryptoProvider, SecretKey, TAG_LEN};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Wraps a provider; while held, every `seal_detached` call waits at the
@@ -67,51 +68,20 @@ impl GateProvider {
 }
 
 impl CryptoProvider for GateProvider {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn is_secure(&self) -> bool {
-        self.inner.is_secure()
-    }
-    fn fill_random(&self, out: &mut [u8]) {
-        self.inner.fill_random(out)
-    }
     fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
         self.pass();
         self.inner.seal_detached(key, aad, buf)
     }
-    fn open_in_place(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-    ) -> Result<usize, AuthError> {
-        self.inner.open_in_place(key, aad, buf)
-    }
-    fn open_detached(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        tag: &[u8; TAG_LEN],
-    ) -> Result<(), AuthError> {
-        self.inner.open_detached(key, aad, buf, tag)
-    }
-    fn open_within(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        src: usize,
-    ) -> Result<usize, AuthError> {
-        self.inner.open_within(key, aad, buf, src)
-    }
-    /// Not gated: the engine seals single cells, nodes and frames with it
-    /// under its lock.
-    fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
-        self.inner.seal(key, aad, buf)
-    }
-    fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
-        self.inner.derive(key, label, context)
-    }
+    // Not gated: `seal`, which the engine uses for single cells, nodes and
+    // frames under its lock.
+    forward_crypto!(
+        inner: name,
+        is_secure,
+        fill_random,
+        seal,
+        open_in_place,
+        open_detached,
+        open_within,
+        derive,
+    );
 }

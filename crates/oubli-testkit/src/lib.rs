@@ -7,6 +7,7 @@
 
 pub mod adversary;
 pub mod crash;
+mod forward;
 pub mod gate;
 pub mod harness;
 pub mod marker;

@@ -1,6 +1,7 @@
 //! The simulator's crypto provider: records which message each one-message key sealed, and holds large writes' sealing at a seeded interleaving point.
 
-use oubli_crypto::{AuthError, CryptoProvider, SecretKey, TAG_LEN};
+use crate::forward::forward_crypto;
+use oubli_crypto::{CryptoProvider, SecretKey, TAG_LEN};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -120,12 +121,6 @@ impl SimProvider {
 }
 
 impl CryptoProvider for SimProvider {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn is_secure(&self) -> bool {
-        self.inner.is_secure()
-    }
     fn fill_random(&self, out: &mut [u8]) {
         if self.stuck_random.load(Ordering::SeqCst) {
             // The same bytes at every call: nothing kept between calls.
@@ -146,33 +141,5 @@ impl CryptoProvider for SimProvider {
         self.record(key, aad, buf);
         self.inner.seal(key, aad, buf)
     }
-    fn open_in_place(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-    ) -> Result<usize, AuthError> {
-        self.inner.open_in_place(key, aad, buf)
-    }
-    fn open_detached(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        tag: &[u8; TAG_LEN],
-    ) -> Result<(), AuthError> {
-        self.inner.open_detached(key, aad, buf, tag)
-    }
-    fn open_within(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        src: usize,
-    ) -> Result<usize, AuthError> {
-        self.inner.open_within(key, aad, buf, src)
-    }
-    fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
-        self.inner.derive(key, label, context)
-    }
+    forward_crypto!(inner: name, is_secure, open_in_place, open_detached, open_within, derive);
 }

@@ -1,8 +1,8 @@
 //! INSECURE deterministic provider for fuzzing, test vectors and reproducible crash sweeps.
 
 use crate::provider::{
-    gcm_open, gcm_open_detached, gcm_open_within, gcm_seal, hkdf_derive, AuthError, CryptoProvider,
-    TAG_LEN,
+    gcm_hkdf_methods, gcm_open, gcm_open_detached, gcm_open_within, gcm_seal, hkdf_derive,
+    AuthError, CryptoProvider, TAG_LEN,
 };
 use crate::secret::{SecretKey, KEY_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,36 +40,5 @@ impl CryptoProvider for DeterministicProvider {
             chunk.copy_from_slice(&block.expose()[..chunk.len()]);
         }
     }
-    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
-        gcm_seal(key, aad, buf)
-    }
-    fn open_in_place(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-    ) -> Result<usize, AuthError> {
-        gcm_open(key, aad, buf)
-    }
-    fn open_within(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        src: usize,
-    ) -> Result<usize, AuthError> {
-        gcm_open_within(key, aad, buf, src)
-    }
-    fn open_detached(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        tag: &[u8; TAG_LEN],
-    ) -> Result<(), AuthError> {
-        gcm_open_detached(key, aad, buf, tag)
-    }
-    fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
-        hkdf_derive(key, label, context)
-    }
+    gcm_hkdf_methods!();
 }

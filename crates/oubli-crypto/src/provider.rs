@@ -193,6 +193,50 @@ pub(crate) fn hkdf_derive(key: &SecretKey, label: &[u8], context: &[u8]) -> Secr
     SecretKey::from_bytes(*out)
 }
 
+/// Writes the AEAD and KDF methods of a provider built on this module's
+/// AES-256-GCM and HKDF-SHA256 (`RingProvider` and `DeterministicProvider`
+/// differ only in their name, `is_secure` and randomness), inside its
+/// `impl CryptoProvider`; the `gcm_*` and `hkdf_derive` functions must be in
+/// scope.
+macro_rules! gcm_hkdf_methods {
+    () => {
+        fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
+            gcm_seal(key, aad, buf)
+        }
+        fn open_in_place(
+            &self,
+            key: &SecretKey,
+            aad: &[u8],
+            buf: &mut [u8],
+        ) -> Result<usize, AuthError> {
+            gcm_open(key, aad, buf)
+        }
+        fn open_within(
+            &self,
+            key: &SecretKey,
+            aad: &[u8],
+            buf: &mut [u8],
+            src: usize,
+        ) -> Result<usize, AuthError> {
+            gcm_open_within(key, aad, buf, src)
+        }
+        fn open_detached(
+            &self,
+            key: &SecretKey,
+            aad: &[u8],
+            buf: &mut [u8],
+            tag: &[u8; TAG_LEN],
+        ) -> Result<(), AuthError> {
+            gcm_open_detached(key, aad, buf, tag)
+        }
+        fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
+            hkdf_derive(key, label, context)
+        }
+    };
+}
+#[cfg(feature = "insecure-deterministic")]
+pub(crate) use gcm_hkdf_methods;
+
 impl CryptoProvider for RingProvider {
     fn name(&self) -> &'static str {
         "ring-aes256gcm-hkdfsha256"
@@ -205,38 +249,7 @@ impl CryptoProvider for RingProvider {
             .fill(out)
             .expect("the operating system's RNG failed");
     }
-    fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
-        gcm_seal(key, aad, buf)
-    }
-    fn open_in_place(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-    ) -> Result<usize, AuthError> {
-        gcm_open(key, aad, buf)
-    }
-    fn open_within(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        src: usize,
-    ) -> Result<usize, AuthError> {
-        gcm_open_within(key, aad, buf, src)
-    }
-    fn open_detached(
-        &self,
-        key: &SecretKey,
-        aad: &[u8],
-        buf: &mut [u8],
-        tag: &[u8; TAG_LEN],
-    ) -> Result<(), AuthError> {
-        gcm_open_detached(key, aad, buf, tag)
-    }
-    fn derive(&self, key: &SecretKey, label: &[u8], context: &[u8]) -> SecretKey {
-        hkdf_derive(key, label, context)
-    }
+    gcm_hkdf_methods!();
 }
 
 #[cfg(test)]

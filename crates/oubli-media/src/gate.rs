@@ -1,4 +1,4 @@
-//! A test wrapper whose reads or syncs can be held at a gate, to pin down what runs while the medium waits.
+//! A gate test wrappers hold calls at, and the medium whose reads or syncs wait at one, to pin down what runs meanwhile.
 
 use oubli_core::{Medium, SegmentId, Slot};
 use std::io;
@@ -24,12 +24,21 @@ pub enum Gated {
 pub struct GateMedium<M: Medium> {
     inner: M,
     gated: Gated,
-    gate: Mutex<GateState>,
-    changed: Condvar,
+    gate: Gate,
     /// Syncs running now, the most that ever ran at once, and how many ran.
     syncing: Mutex<(usize, usize, usize)>,
     /// Sleep inside each sync, to widen the window two syncs could share.
     sync_delay: Duration,
+}
+
+/// A gate that calls can be held at: while the test holds it, every call
+/// that [`pass`](Self::pass)es waits until the test releases it or lets it
+/// through. [`GateMedium`] holds a medium's reads or syncs at one; a test
+/// wrapper of another seam (a crypto provider, say) can hold its own calls.
+#[derive(Debug, Default)]
+pub struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -41,35 +50,12 @@ struct GateState {
     let_through: usize,
 }
 
-impl<M: Medium> GateMedium<M> {
-    /// Wraps `inner`, gating `gated`; the gate starts open.
-    pub fn new(inner: M, gated: Gated) -> Self {
-        GateMedium {
-            inner,
-            gated,
-            gate: Mutex::new(GateState::default()),
-            changed: Condvar::new(),
-            syncing: Mutex::new((0, 0, 0)),
-            sync_delay: Duration::ZERO,
-        }
-    }
-
-    /// Sleeps this long inside each sync.
-    pub fn with_sync_delay(mut self, delay: Duration) -> Self {
-        self.sync_delay = delay;
-        self
-    }
-
-    /// The wrapped medium (to crash it, say).
-    pub fn inner(&self) -> &M {
-        &self.inner
-    }
-
+impl Gate {
     fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holds every gated call from now on.
+    /// Holds every call that passes from now on.
     pub fn hold(&self) {
         self.lock().held = true;
     }
@@ -124,20 +110,8 @@ impl<M: Medium> GateMedium<M> {
         self.lock().waiting
     }
 
-    /// The most syncs that ever ran at once.
-    pub fn most_syncs_at_once(&self) -> usize {
-        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).1
-    }
-
-    /// Syncs so far.
-    pub fn syncs(&self) -> usize {
-        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).2
-    }
-
-    fn pass(&self, what: Gated) {
-        if what != self.gated {
-            return;
-        }
+    /// Waits at the gate while it is held (unless let through).
+    pub fn pass(&self) {
         let mut g = self.lock();
         if g.held {
             g.waiting += 1;
@@ -150,6 +124,85 @@ impl<M: Medium> GateMedium<M> {
             }
             g.waiting -= 1;
             self.changed.notify_all();
+        }
+    }
+
+    /// Blocks until at least `n` calls wait at the gate, however long that
+    /// takes.
+    pub fn wait_for_waiters(&self, n: usize) {
+        let mut g = self.lock();
+        while g.waiting < n {
+            g = self.changed.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl<M: Medium> GateMedium<M> {
+    /// Wraps `inner`, gating `gated`; the gate starts open.
+    pub fn new(inner: M, gated: Gated) -> Self {
+        GateMedium {
+            inner,
+            gated,
+            gate: Gate::default(),
+            syncing: Mutex::new((0, 0, 0)),
+            sync_delay: Duration::ZERO,
+        }
+    }
+
+    /// Sleeps this long inside each sync.
+    pub fn with_sync_delay(mut self, delay: Duration) -> Self {
+        self.sync_delay = delay;
+        self
+    }
+
+    /// The wrapped medium (to crash it, say).
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    /// [`Gate::hold`] at the medium's gate.
+    pub fn hold(&self) {
+        self.gate.hold()
+    }
+
+    /// [`Gate::release`] at the medium's gate.
+    pub fn release(&self) {
+        self.gate.release()
+    }
+
+    /// [`Gate::let_through`] at the medium's gate.
+    pub fn let_through(&self, n: usize) {
+        self.gate.let_through(n)
+    }
+
+    /// [`Gate::wait_until_entered`] at the medium's gate.
+    pub fn wait_until_entered(&self) {
+        self.gate.wait_until_entered()
+    }
+
+    /// [`Gate::wait_for_waiting`] at the medium's gate.
+    pub fn wait_for_waiting(&self, n: usize, limit: Duration) -> usize {
+        self.gate.wait_for_waiting(n, limit)
+    }
+
+    /// [`Gate::waiting`] at the medium's gate.
+    pub fn waiting(&self) -> usize {
+        self.gate.waiting()
+    }
+
+    /// The most syncs that ever ran at once.
+    pub fn most_syncs_at_once(&self) -> usize {
+        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// Syncs so far.
+    pub fn syncs(&self) -> usize {
+        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).2
+    }
+
+    fn pass(&self, what: Gated) {
+        if what == self.gated {
+            self.gate.pass();
         }
     }
 }

@@ -23,7 +23,7 @@ mod util;
 pub use dir::{DirMedium, DIR_MARKER};
 pub use fault::{Fault, FaultMedium, ReadFault, ReadTarget};
 pub use file::{FileMedium, DEFAULT_SLOT_SIZE, MAX_SLOT_SIZE, MIN_SLOT_SIZE};
-pub use gate::{GateMedium, Gated};
+pub use gate::{Gate, GateMedium, Gated};
 pub use location::{create_medium, open_medium};
 pub use mem::{MemMedium, TearMode};
 pub use op::Op;

@@ -2,22 +2,17 @@
 
 use crate::forward::forward_crypto;
 use oubli_crypto::{CryptoProvider, SecretKey, TAG_LEN};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use oubli_media::Gate;
+use std::sync::Arc;
 
 /// Wraps a provider; while held, every `seal_detached` call waits at the
 /// gate (the engine seals the whole cells of a large write with it, outside
 /// its lock; `seal`, which it uses under the lock, is not held), and [`wait_for_waiters`](Self::wait_for_waiters) tells the test
-/// when a call is there. The way `GateMedium` holds reads or syncs.
+/// when a call is there. The way `GateMedium` holds reads or syncs, at the
+/// same [`Gate`].
 pub struct GateProvider {
     inner: Arc<dyn CryptoProvider>,
-    gate: Mutex<Gate>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct Gate {
-    held: bool,
-    waiting: usize,
+    gate: Gate,
 }
 
 impl GateProvider {
@@ -25,51 +20,29 @@ impl GateProvider {
     pub fn new(inner: Arc<dyn CryptoProvider>) -> Self {
         GateProvider {
             inner,
-            gate: Mutex::new(Gate::default()),
-            changed: Condvar::new(),
+            gate: Gate::default(),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Gate> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Holds every `seal_detached` call from now on.
     pub fn hold(&self) {
-        self.lock().held = true;
+        self.gate.hold()
     }
 
     /// Opens the gate: the calls waiting at it go on.
     pub fn release(&self) {
-        self.lock().held = false;
-        self.changed.notify_all();
+        self.gate.release()
     }
 
     /// Blocks until at least `n` calls wait at the gate.
     pub fn wait_for_waiters(&self, n: usize) {
-        let mut g = self.lock();
-        while g.waiting < n {
-            g = self.changed.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    fn pass(&self) {
-        let mut g = self.lock();
-        if !g.held {
-            return;
-        }
-        g.waiting += 1;
-        self.changed.notify_all();
-        while g.held {
-            g = self.changed.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        g.waiting -= 1;
+        self.gate.wait_for_waiters(n)
     }
 }
 
 impl CryptoProvider for GateProvider {
     fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
-        self.pass();
+        self.gate.pass();
         self.inner.seal_detached(key, aad, buf)
     }
     // Not gated: `seal`, which the engine uses for single cells, nodes and

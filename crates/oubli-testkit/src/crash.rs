@@ -4,7 +4,7 @@ use crate::adversary::{check_no_rederivation, Adversary};
 use crate::harness;
 use crate::vault::RecordingVault;
 use crate::workload::{Runner, Step, Workload};
-use oubli_core::{Medium, Options, Store, Vault};
+use oubli_core::{Medium, Options, Store, Vault, VaultRecord};
 use oubli_media::{Fault, FaultMedium, MemMedium, RecordingMedium, TearMode};
 use std::sync::Arc;
 
@@ -123,25 +123,17 @@ fn verify_after_crash(
     (scheme, mode): (u8, CutMode),
     seed: u64,
 ) {
-    let crashed = Arc::new(RecordingMedium::new(
-        stack.inner().inner().crash(mode.tear, seed),
-    ));
-    let store = Store::open(
-        crashed.clone() as Arc<dyn Medium>,
+    let what = format!("a cut ({mode:?})");
+    let (_store, crashed) = reopen_after_cut(
+        stack.inner(),
+        (mode.tear, seed),
         vault.clone(),
-        options.clone(),
-    )
-    .unwrap_or_else(|e| panic!("store does not reopen after a cut ({mode:?}): {e}"));
-    store.set_share_opener(runner.share_opener());
-    if let (Some(acked), Some(in_flight)) = (runner.acked.diff(&store), runner.model.diff(&store)) {
-        panic!(
-            "after a cut ({mode:?}) the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
-        );
-    }
+        runner,
+        options,
+        &what,
+    );
     // Everything the vault holds, not only its current record.
     let held = vault.readable_records().expect("vault");
-    // ...and every share vault's content.
-    let shares = runner.share_keys();
     for adversary in [Adversary::seize(stack.inner()), Adversary::seize(&crashed)] {
         check_no_rederivation(
             &adversary,
@@ -151,14 +143,62 @@ fn verify_after_crash(
             runner,
             options.provider.clone(),
         );
-        let recovered =
-            adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
-        let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
-        assert!(
-            leaked.is_empty(),
-            "after a cut ({mode:?}) committed deletions are recoverable: {leaked:?}"
+        assert_nothing_erased_opens(&adversary, &held, runner, options, &what);
+    }
+}
+
+/// The recorded memory a vault-cut sweep runs on.
+fn recorded_memory() -> Arc<RecordingMedium<MemMedium>> {
+    Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )))
+}
+
+/// Crashes the memory under `recording` (`tear` deciding what unsynced
+/// writes survive, `seed` where tears land), reopens the store on it with
+/// the runner's share opener, and checks the store holds the acknowledged
+/// state or the one in flight; `what` names the cut in the panics. Returns
+/// the store and the crashed medium (recorded, for the adversary).
+fn reopen_after_cut(
+    recording: &RecordingMedium<MemMedium>,
+    (tear, seed): (TearMode, u64),
+    vault: Arc<dyn Vault>,
+    runner: &Runner,
+    options: &Options,
+    what: &str,
+) -> (Store, Arc<RecordingMedium<MemMedium>>) {
+    let crashed = Arc::new(RecordingMedium::new(recording.inner().crash(tear, seed)));
+    let store = Store::open(crashed.clone() as Arc<dyn Medium>, vault, options.clone())
+        .unwrap_or_else(|e| panic!("store does not reopen after {what}: {e}"));
+    store.set_share_opener(runner.share_opener());
+    if let (Some(acked), Some(in_flight)) = (runner.acked.diff(&store), runner.model.diff(&store)) {
+        panic!(
+            "after {what} the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
         );
     }
+    (store, crashed)
+}
+
+/// Asserts that `adversary`, holding the vault records `held` and every
+/// share vault's content too, opens nothing the runner erased (deleted
+/// before the last commit, or under a destroyed share).
+fn assert_nothing_erased_opens(
+    adversary: &Adversary,
+    held: &[VaultRecord],
+    runner: &Runner,
+    options: &Options,
+    what: &str,
+) {
+    let recovered = adversary.recovered_markers_with_shares(
+        held,
+        &runner.share_keys(),
+        options.provider.clone(),
+    );
+    let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
+    assert!(
+        leaked.is_empty(),
+        "after {what} deleted or destroyed data opens: {leaked:?}"
+    );
 }
 
 /// Runs the workload with a [`FlakyVault`] and cuts the `nth` commit's
@@ -195,9 +235,7 @@ pub fn cut_rotation_at(
     tear: TearMode,
 ) -> bool {
     let options = harness::options(seed);
-    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
-        harness::TEST_SEGMENT,
-    )));
+    let recording = recorded_memory();
     let (store, vault) =
         harness::create_flaky_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
@@ -238,35 +276,24 @@ pub fn cut_rotation_at(
     }
     drop(store);
     vault.fail_erase(false);
-    let crashed = Arc::new(RecordingMedium::new(recording.inner().crash(tear, seed)));
-    let reopened = Store::open(
-        crashed.clone() as Arc<dyn Medium>,
+    let what = format!("a cut rotation ({cut:?}, {tear:?})");
+    let (_reopened, crashed) = reopen_after_cut(
+        &recording,
+        (tear, seed),
         vault.clone(),
-        options.clone(),
-    )
-    .unwrap_or_else(|e| {
-        panic!("store does not reopen after a cut rotation ({cut:?}, {tear:?}): {e}")
-    });
-    if let (Some(acked), Some(in_flight)) =
-        (runner.acked.diff(&reopened), runner.model.diff(&reopened))
-    {
-        panic!(
-            "a cut rotation ({cut:?}, {tear:?}) matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
-        );
-    }
+        &runner,
+        &options,
+        &what,
+    );
     let held = vault.readable_records().expect("vault");
     assert_eq!(
         held.len(),
         1,
         "the reopen left an older key in the vault ({cut:?}, {tear:?})"
     );
+    // Deletions of the ended epoch must not open.
     for adversary in [Adversary::seize(&recording), Adversary::seize(&crashed)] {
-        let recovered = adversary.recovered_markers(&held, options.provider.clone());
-        let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
-        assert!(
-            leaked.is_empty(),
-            "after a cut rotation ({cut:?}, {tear:?}) deletions of the ended epoch are recoverable: {leaked:?}"
-        );
+        assert_nothing_erased_opens(&adversary, &held, &runner, &options, &what);
     }
     true
 }
@@ -323,9 +350,7 @@ pub fn cut_share_destroy(
     tear: TearMode,
 ) -> bool {
     let options = harness::options(seed);
-    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
-        harness::TEST_SEGMENT,
-    )));
+    let recording = recorded_memory();
     let (store, vault) =
         harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
     let mut runner = Runner::default();
@@ -382,23 +407,15 @@ pub fn cut_share_destroy(
     }
     drop(store);
     share_vault.fail_erase(false);
-    let crashed = Arc::new(RecordingMedium::new(recording.inner().crash(tear, seed)));
-    let reopened = Store::open(
-        crashed.clone() as Arc<dyn Medium>,
+    let what = format!("a cut share destruction ({cut:?}, {tear:?})");
+    let (reopened, crashed) = reopen_after_cut(
+        &recording,
+        (tear, seed),
         vault.clone(),
-        options.clone(),
-    )
-    .unwrap_or_else(|e| {
-        panic!("store does not reopen after a cut share destruction ({cut:?}, {tear:?}): {e}")
-    });
-    reopened.set_share_opener(runner.share_opener());
-    if let (Some(acked), Some(in_flight)) =
-        (runner.acked.diff(&reopened), runner.model.diff(&reopened))
-    {
-        panic!(
-            "after a cut share destruction ({cut:?}, {tear:?}) the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
-        );
-    }
+        &runner,
+        &options,
+        &what,
+    );
     // The retry finishes the job (the first try, if the vault never changed;
     // nothing is left to do if the call finished).
     if cut == VaultCut::BeforeWrite {
@@ -433,15 +450,8 @@ pub fn cut_share_destroy(
     );
     assert!(reopened.share_leftovers().is_empty());
     let held = vault.readable_records().expect("vault");
-    let shares = runner.share_keys();
     for adversary in [Adversary::seize(&recording), Adversary::seize(&crashed)] {
-        let recovered =
-            adversary.recovered_markers_with_shares(&held, &shares, options.provider.clone());
-        let leaked: Vec<_> = recovered.intersection(&runner.erased).take(3).collect();
-        assert!(
-            leaked.is_empty(),
-            "after a cut share destruction ({cut:?}, {tear:?}) deleted or destroyed data opens: {leaked:?}"
-        );
+        assert_nothing_erased_opens(&adversary, &held, &runner, &options, &what);
     }
     true
 }

@@ -167,20 +167,10 @@ fn every_rotation_cut_between_its_two_vault_steps() {
     let seed = 23;
     let workload = Workload::generate(seed, 240, 48 * 1024, 12);
     for scheme in SCHEMES {
-        let mut cuts = 0;
-        for nth in 0.. {
-            let mut reached = false;
-            for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
-                reached = cut_rotation(&workload, seed, scheme, nth, tear);
-                if !reached {
-                    break;
-                }
-                cuts += 1;
-            }
-            if !reached {
-                break;
-            }
-        }
+        let cuts = cut_every_nth(
+            &[TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll],
+            |nth, tear| cut_rotation(&workload, seed, scheme, nth, tear),
+        );
         println!(
             "rotation sweep ({}): {cuts} rotations cut between their vault steps",
             scheme_name(scheme)
@@ -200,22 +190,13 @@ fn every_rotation_cut_inside_its_vault_steps() {
     let seed = 23;
     let workload = Workload::generate(seed, 240, 48 * 1024, 12);
     for scheme in SCHEMES {
-        let mut cuts = 0;
-        for nth in 0.. {
-            let mut reached = false;
-            for cut in [VaultCut::BeforeWrite, VaultCut::AfterWrite] {
-                for tear in [TearMode::DropUnsynced, TearMode::Torn] {
-                    reached = cut_rotation_at(&workload, seed, scheme, nth, cut, tear);
-                    if !reached {
-                        break;
-                    }
-                    cuts += 1;
-                }
-            }
-            if !reached {
-                break;
-            }
-        }
+        let cuts = cut_every_nth(
+            &each_with_each(
+                &[VaultCut::BeforeWrite, VaultCut::AfterWrite],
+                &[TearMode::DropUnsynced, TearMode::Torn],
+            ),
+            |nth, (cut, tear)| cut_rotation_at(&workload, seed, scheme, nth, cut, tear),
+        );
         println!(
             "rotation sweep ({}): {cuts} rotations cut inside their vault steps",
             scheme_name(scheme)
@@ -235,26 +216,40 @@ fn every_share_destruction_cut_before_inside_and_between_its_vault_steps() {
     let seed = 43;
     let workload = Workload::with_shares(seed, 300, 48 * 1024, 20);
     for scheme in SCHEMES {
-        let mut cuts = 0;
-        for nth in 0.. {
-            let mut reached = false;
-            for cut in VAULT_CUTS {
-                for tear in [TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll] {
-                    reached = cut_share_destroy(&workload, seed, scheme, nth, cut, tear);
-                    if !reached {
-                        break;
-                    }
-                    cuts += 1;
-                }
-            }
-            if !reached {
-                break;
-            }
-        }
+        let cuts = cut_every_nth(
+            &each_with_each(
+                &VAULT_CUTS,
+                &[TearMode::DropUnsynced, TearMode::Torn, TearMode::KeepAll],
+            ),
+            |nth, (cut, tear)| cut_share_destroy(&workload, seed, scheme, nth, cut, tear),
+        );
         println!(
             "share destruction sweep ({}): {cuts} destructions cut at their vault",
             scheme_name(scheme)
         );
         assert!(cuts >= 2 * 9, "only {cuts} cuts");
     }
+}
+
+/// Cuts the workload's 0th, 1st, 2nd… event of one kind each of the `ways`
+/// (`cut` says whether the workload had an `nth` such event), until one finds
+/// none: the workload has no more. Returns how many cuts were made.
+fn cut_every_nth<W: Copy>(ways: &[W], mut cut: impl FnMut(usize, W) -> bool) -> usize {
+    let mut cuts = 0;
+    for nth in 0.. {
+        for &way in ways {
+            if !cut(nth, way) {
+                return cuts;
+            }
+            cuts += 1;
+        }
+    }
+    unreachable!("a workload has finitely many events")
+}
+
+/// Every pair of an `a` and a `b`, the `b`s varying fastest.
+fn each_with_each<A: Copy, B: Copy>(a: &[A], b: &[B]) -> Vec<(A, B)> {
+    a.iter()
+        .flat_map(|&x| b.iter().map(move |&y| (x, y)))
+        .collect()
 }

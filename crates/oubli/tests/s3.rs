@@ -4,21 +4,38 @@ use assert_cmd::Command;
 use oubli_s3::test_server::TestServer;
 use predicates::prelude::*;
 use std::path::Path;
+use std::process::Command as StdCommand;
 
 const PASSWORD: &str = "s3 test password";
 
-fn oubli(dir: &Path, server: &TestServer, store: &str, state: &str) -> Command {
-    let mut cmd = Command::cargo_bin("oubli").unwrap();
+/// Gives `cmd` the environment of `oubli` on `store` run by one machine,
+/// whose state directory (lock, control socket) is `state` under `dir`.
+fn as_machine<'c>(
+    cmd: &'c mut StdCommand,
+    dir: &Path,
+    server: &TestServer,
+    store: &str,
+    state: &str,
+) -> &'c mut StdCommand {
     cmd.env_clear()
         .env("HOME", dir)
         .env("XDG_STATE_HOME", dir.join(state))
         .env("OUBLI_STORE", store)
         .env("OUBLI_VAULT", dir.join("vault"))
-        .env("OUBLI_PASSWORD", PASSWORD);
-    for (k, v) in server.env() {
-        cmd.env(k, v);
-    }
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .envs(server.env())
+}
+
+/// `oubli` as machine `state`, a process to spawn and hold (a writer kept
+/// mid-put, a server).
+fn oubli_process(dir: &Path, server: &TestServer, store: &str, state: &str) -> StdCommand {
+    let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("oubli"));
+    as_machine(&mut cmd, dir, server, store, state);
     cmd
+}
+
+fn oubli(dir: &Path, server: &TestServer, store: &str, state: &str) -> Command {
+    Command::from_std(oubli_process(dir, server, store, state))
 }
 
 #[test]
@@ -141,15 +158,8 @@ fn a_second_writer_elsewhere_is_refused_while_a_mount_holds_the_store() {
         .assert()
         .success();
     // A writer on "another machine" (its own state directory) holds the store...
-    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"));
+    let mut holder = oubli_process(dir.path(), &server, &url, "a");
     holder
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("XDG_STATE_HOME", dir.path().join("a"))
-        .env("OUBLI_STORE", &url)
-        .env("OUBLI_VAULT", dir.path().join("vault"))
-        .env("OUBLI_PASSWORD", PASSWORD)
-        .envs(server.env())
         .args(["put", "big", "-"])
         .stdin(std::process::Stdio::piped());
     let mut holder = holder.spawn().unwrap();
@@ -192,15 +202,8 @@ fn a_writer_in_another_pid_namespace_does_not_take_a_live_holders_lock() {
         .args(["init", "--kdf-memory", "1", "--kdf-iterations", "1"])
         .assert()
         .success();
-    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("oubli"));
+    let mut holder = oubli_process(dir.path(), &server, &url, "a");
     holder
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("XDG_STATE_HOME", dir.path().join("a"))
-        .env("OUBLI_STORE", &url)
-        .env("OUBLI_VAULT", dir.path().join("vault"))
-        .env("OUBLI_PASSWORD", PASSWORD)
-        .envs(server.env())
         .args(["put", "held", "-"])
         .stdin(std::process::Stdio::piped());
     let mut holder = holder.spawn().unwrap();
@@ -218,18 +221,11 @@ fn a_writer_in_another_pid_namespace_does_not_take_a_live_holders_lock() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     // ... and "another container" starts a writer: pid 1 of its own namespace.
-    let mut other = std::process::Command::new("unshare");
+    let mut other = StdCommand::new("unshare");
     other
         .args(["-pf", "--mount-proc"])
-        .arg(assert_cmd::cargo::cargo_bin("oubli"))
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("XDG_STATE_HOME", dir.path().join("b"))
-        .env("OUBLI_STORE", &url)
-        .env("OUBLI_VAULT", dir.path().join("vault"))
-        .env("OUBLI_PASSWORD", PASSWORD)
-        .envs(server.env())
-        .args(["put", "intruder", "-"]);
+        .arg(assert_cmd::cargo::cargo_bin("oubli"));
+    as_machine(&mut other, dir.path(), &server, &url, "b").args(["put", "intruder", "-"]);
     Command::from_std(other)
         .write_stdin("x")
         .assert()
@@ -410,15 +406,8 @@ fn a_serve_stopped_past_its_lease_fails_its_next_flush_and_loses_no_acknowledged
         let sock = dir.path().join(format!("{state}.sock"));
         let start = Instant::now();
         loop {
-            let mut cmd = Std::new(assert_cmd::cargo::cargo_bin("oubli"));
-            cmd.env_clear()
-                .env("HOME", dir.path())
-                .env("XDG_STATE_HOME", dir.path().join(state))
-                .env("OUBLI_STORE", &url)
-                .env("OUBLI_VAULT", dir.path().join("vault"))
-                .env("OUBLI_PASSWORD", PASSWORD)
-                .env("OUBLI_S3_LEASE_SECS", "2")
-                .envs(server.env())
+            let mut cmd = oubli_process(dir.path(), &server, &url, state);
+            cmd.env("OUBLI_S3_LEASE_SECS", "2")
                 .args(["serve", "--export", "disk", "--size", "1M", "--socket"])
                 .arg(&sock)
                 .stdin(Stdio::null())

@@ -447,6 +447,17 @@ fn tcp_port(s: &Serving) -> u16 {
     port.unwrap()
 }
 
+/// A CA, a server and a client certificate made by `scripts/nbd-certs` (the
+/// recipe docs/NBD.md gives users) under `dir/certs`; returns the server's
+/// directory and the client's, as `--tls-certificates` and libnbd take them.
+fn make_certs(dir: &Path) -> (String, String) {
+    let certs = dir.join("certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
+    assert!(output(Command::new(script).arg(&certs)).status.success());
+    let of = |who: &str| certs.join(who).display().to_string();
+    (of("server"), of("client"))
+}
+
 /// `--listen` needs TLS with client certificates, or an explicit `--tls=off`
 /// on a loopback address; a client reaches only the export served.
 #[test]
@@ -456,11 +467,7 @@ fn serve_on_tcp_needs_tls_or_loopback() {
     }
     let d = init();
     let dir = d.path();
-    let certs = dir.join("certs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
-    assert!(output(Command::new(script).arg(&certs)).status.success());
-    let server_certs = certs.join("server").display().to_string();
-    let client_certs = certs.join("client").display().to_string();
+    let (server_certs, client_certs) = make_certs(dir);
 
     // Refused, exit 2, before any password is asked for.
     for (args, says) in [
@@ -771,11 +778,7 @@ fn trickling_handshakes_keep_no_client_out() {
     }
     let d = init();
     let dir = d.path();
-    let certs = dir.join("certs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
-    assert!(output(Command::new(script).arg(&certs)).status.success());
-    let server_certs = certs.join("server").display().to_string();
-    let client_certs = certs.join("client").display().to_string();
+    let (server_certs, client_certs) = make_certs(dir);
     let s = Serving::start(
         dir,
         &[
@@ -995,10 +998,8 @@ fn serve_warns_about_a_tls_key_others_can_read() {
     }
     let d = init();
     let dir = d.path();
-    let certs = dir.join("certs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nbd-certs");
-    assert!(output(Command::new(script).arg(&certs)).status.success());
-    let server = certs.join("server");
+    let (server, _) = make_certs(dir);
+    let server = Path::new(&server);
     let key = server.join("server-key.pem");
     let args = [
         "--export",

@@ -257,6 +257,31 @@ fn put_until_full(env: &Env, size: usize, limit: usize) -> Vec<(String, u64)> {
     panic!("{limit} puts of {size} bytes never filled the store");
 }
 
+/// Asserts that each stored `(name, seed)` reads back as the `size` bytes
+/// of noise it was put with.
+fn assert_reads_back<'a>(
+    env: &Env,
+    size: usize,
+    files: impl IntoIterator<Item = &'a (String, u64)>,
+) {
+    for (name, seed) in files {
+        assert!(
+            env.get(name) == noise(size, *seed),
+            "{name} reads back wrong"
+        );
+    }
+}
+
+/// On the full store: deletes the stored files up to the middle but the
+/// first (the caller deleted it already), then collects and commits.
+fn rm_half_gc_and_commit(env: &Env, stored: &[(String, u64)]) {
+    for (name, _) in &stored[1..stored.len() / 2] {
+        env.ok(env.cmd().arg("rm").arg(name));
+    }
+    env.ok(env.cmd().arg("gc"));
+    env.ok(env.cmd().arg("commit"));
+}
+
 /// The CLI on a store whose file system fills: `put` exits 9 and stores
 /// nothing, everything stored before reads back, `status` warns, `rm`,
 /// `gc` and `commit` work on the full store, and `put` works again.
@@ -271,12 +296,7 @@ fn cli_on_a_full_file_system() {
     // The failed put left no name behind, and did not poison anything.
     let ls = env.ok(env.cmd().arg("ls"));
     assert!(!ls.contains(&format!("f{}", stored.len())), "{ls}");
-    for (name, seed) in [&stored[0], stored.last().unwrap()] {
-        assert!(
-            env.get(name) == noise(size, *seed),
-            "{name} reads back wrong"
-        );
-    }
+    assert_reads_back(&env, size, [&stored[0], stored.last().unwrap()]);
     // Deleting on the full store (and `status` warns while it is full).
     env.ok(env.cmd().arg("rm").arg(&stored[0].0));
     let status = env.ok(env.cmd().arg("status"));
@@ -285,11 +305,7 @@ fn cli_on_a_full_file_system() {
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert!(json["space"]["reserve"].as_u64().unwrap() > 0, "{json}");
     // Collecting and committing on the full store.
-    for (name, _) in &stored[1..stored.len() / 2] {
-        env.ok(env.cmd().arg("rm").arg(name));
-    }
-    env.ok(env.cmd().arg("gc"));
-    env.ok(env.cmd().arg("commit"));
+    rm_half_gc_and_commit(&env, &stored);
     let before = env.tmpfs.as_ref().unwrap().avail();
     // Writes resume, and what is left reads back.
     for i in 0..4 {
@@ -300,12 +316,7 @@ fn cli_on_a_full_file_system() {
             "put after rm+gc+commit (free {before}): {err}"
         );
     }
-    for (name, seed) in &stored[stored.len() / 2..] {
-        assert!(
-            env.get(name) == noise(size, *seed),
-            "{name} reads back wrong"
-        );
-    }
+    assert_reads_back(&env, size, &stored[stored.len() / 2..]);
     env.ok(env.cmd().arg("fsck"));
 }
 
@@ -319,30 +330,16 @@ fn cli_on_a_full_nand_image() {
     let size = 256 << 10;
     let stored = put_until_full(&env, size, 64);
     assert!(stored.len() >= 8, "only {} files fit", stored.len());
-    for (name, seed) in [&stored[0], stored.last().unwrap()] {
-        assert!(
-            env.get(name) == noise(size, *seed),
-            "{name} reads back wrong"
-        );
-    }
+    assert_reads_back(&env, size, [&stored[0], stored.last().unwrap()]);
     env.ok(env.cmd().arg("rm").arg(&stored[0].0));
     let status = env.ok(env.cmd().arg("status"));
     assert!(status.contains("nearly full"), "no warning in:\n{status}");
-    for (name, _) in &stored[1..stored.len() / 2] {
-        env.ok(env.cmd().arg("rm").arg(name));
-    }
-    env.ok(env.cmd().arg("gc"));
-    env.ok(env.cmd().arg("commit"));
+    rm_half_gc_and_commit(&env, &stored);
     for i in 0..2 {
         let (code, err) = env.put(&format!("again{i}"), &noise(size, 1000 + i));
         assert_eq!(code, Some(0), "put after rm+gc+commit: {err}");
     }
-    for (name, seed) in &stored[stored.len() / 2..] {
-        assert!(
-            env.get(name) == noise(size, *seed),
-            "{name} reads back wrong"
-        );
-    }
+    assert_reads_back(&env, size, &stored[stored.len() / 2..]);
     env.ok(env.cmd().arg("fsck"));
 }
 

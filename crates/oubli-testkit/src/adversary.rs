@@ -263,7 +263,7 @@ pub fn check_promise_with_keys(
         leaked.is_empty(),
         "deleted data recovered after commit: {leaked:?}"
     );
-    let live = runner.model.live_markers();
+    let live = runner.live_markers();
     let missing: Vec<_> = live.difference(&recovered).take(5).collect();
     assert!(
         missing.is_empty(),

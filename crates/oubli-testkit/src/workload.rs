@@ -394,6 +394,21 @@ impl Runner {
         Ok(())
     }
 
+    /// The marker blocks the store holds (live or in a snapshot) that some
+    /// write put down whole: what the adversary must open. A scan of the
+    /// model alone can also find a write's partial last block completed by
+    /// the bytes after it (the zeros of a hole, when the block's last check
+    /// bytes are zero: simulator seed 200536), which no write ever stored
+    /// whole and which the adversary, who sees the stored bytes, need not
+    /// find.
+    pub fn live_markers(&self) -> BTreeSet<Marker> {
+        self.model
+            .live_markers()
+            .intersection(&self.written)
+            .copied()
+            .collect()
+    }
+
     /// Records that everything deleted so far is now covered by the guarantee.
     pub fn note_commit(&mut self) {
         let live = self.model.live_markers();

@@ -59,7 +59,7 @@ fn nothing_deleted_before_the_last_commit_opens_with(
             // Not blind: under a scheme with keys outside the tree, every
             // live block rederives.
             if scheme != harness::SCHEMES[0] {
-                let live = runner.model.live_markers();
+                let live = runner.live_markers();
                 let missing: Vec<_> = live.difference(&rederived).take(5).collect();
                 assert!(
                     missing.is_empty(),

@@ -252,7 +252,7 @@ impl Setup {
         );
         if check_live {
             assert!(
-                runner.model.live_markers().is_subset(&recovered),
+                runner.live_markers().is_subset(&recovered),
                 "{:?}: adversary failed to read live data",
                 self.kind
             );

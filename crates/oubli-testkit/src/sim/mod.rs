@@ -1195,7 +1195,7 @@ impl Sim {
                 "{when}: data deleted before the last successful commit or share destruction opens: {leaked:?}"
             ));
         }
-        let live = self.runner.model.live_markers();
+        let live = self.runner.live_markers();
         let missing: Vec<_> = live.difference(&recovered).take(5).collect();
         if !missing.is_empty() {
             return Err(format!(

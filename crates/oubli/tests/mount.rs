@@ -617,6 +617,25 @@ fn commit_finishes(env: &Env) {
         .stdout("kept");
 }
 
+/// A store whose vault is a [`FileVault`] under `dir`, for the test to
+/// break and mend.
+fn env_on_a_file_vault(dir: &std::path::Path) -> (FileVault, Env) {
+    let vault = FileVault::new(dir);
+    let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
+    (vault, env)
+}
+
+/// Mounts `env`'s store with the policy's commits off (an hour apart): only
+/// what the test asks for, and the unmount, commit.
+fn mount_without_policy_commits(env: &Env) {
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "epoch_interval=3600"])
+        .assert()
+        .success();
+}
+
 /// Issue 39 item 2: `oubli umount` of a mount whose last commit fails
 /// (the vault's directory made immutable; the vault file replaced by a
 /// directory) exits 6, naming the pending deletions and `oubli commit`,
@@ -628,14 +647,8 @@ fn umount_fails_when_the_last_commit_fails() {
     }
     for how in [Break::Immutable, Break::Directory] {
         let dir = tempfile::tempdir().unwrap();
-        let mut vault = FileVault::new(dir.path());
-        let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
-        env.cmd()
-            .arg("mount")
-            .arg(&env.mnt)
-            .args(["-o", "epoch_interval=3600"])
-            .assert()
-            .success();
+        let (mut vault, env) = env_on_a_file_vault(dir.path());
+        mount_without_policy_commits(&env);
         write_commit_remove(&env);
         vault.break_it(how);
         let out = env.cmd().arg("umount").arg(&env.mnt).output().unwrap();
@@ -686,8 +699,7 @@ fn the_mount_process_exits_6_when_its_last_commit_fails() {
     }
     for stop in ["fusermount3", "SIGTERM"] {
         let dir = tempfile::tempdir().unwrap();
-        let mut vault = FileVault::new(dir.path());
-        let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
+        let (mut vault, env) = env_on_a_file_vault(dir.path());
         let log = env.dir.path().join("mount.log");
         let mut child = env
             .std_cmd()
@@ -748,14 +760,8 @@ fn umount_fails_when_the_writes_cannot_be_stored() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut vault = FileVault::new(dir.path());
-    let env = Env::with_vault("parent-pointer", Some(vault.address()), Vec::new());
-    env.cmd()
-        .arg("mount")
-        .arg(&env.mnt)
-        .args(["-o", "epoch_interval=3600"])
-        .assert()
-        .success();
+    let (mut vault, env) = env_on_a_file_vault(dir.path());
+    mount_without_policy_commits(&env);
     // Not synced: the writes wait in the mount for the unmount's commit.
     fs::write(env.mnt.join("late"), vec![1u8; 300_000]).unwrap();
     let segments = Immutable::set(&env.store.join("segments"));
@@ -776,12 +782,7 @@ fn umount_fails_when_the_writes_cannot_be_stored() {
 /// breaks the vault with `break_it`, and checks that `oubli umount` fails
 /// naming the deletions; `mend` then lets `oubli commit` finish them.
 fn umount_with_a_vault_that_fails(env: &Env, break_it: impl FnOnce(), mend: impl FnOnce()) {
-    env.cmd()
-        .arg("mount")
-        .arg(&env.mnt)
-        .args(["-o", "epoch_interval=3600"])
-        .assert()
-        .success();
+    mount_without_policy_commits(env);
     write_commit_remove(env);
     break_it();
     let out = env.cmd().arg("umount").arg(&env.mnt).output().unwrap();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{on_path, require, run, wait_for};
+use common::{fuse_available, on_path, require, run, wait_for};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -341,13 +341,6 @@ fn cli_on_a_full_nand_image() {
     }
     assert_reads_back(&env, size, &stored[stored.len() / 2..]);
     env.ok(env.cmd().arg("fsck"));
-}
-
-fn fuse_available() -> bool {
-    require(
-        oubli_fuse::check_fuse().is_ok(),
-        "the mount tests need /dev/fuse and the Debian package fuse3",
-    )
 }
 
 /// Writes `data` to `path` without fsync; whether open, write and close

@@ -5,7 +5,7 @@ mod common;
 mod hw;
 
 use assert_cmd::Command;
-use common::Immutable;
+use common::{fuse_available, Immutable};
 use predicates::prelude::*;
 use std::fs;
 use std::path::PathBuf;
@@ -74,17 +74,6 @@ impl Drop for Env {
     fn drop(&mut self) {
         // A failed test must not leave a mount behind.
         let _ = self.cmd().arg("umount").arg(&self.mnt).output();
-    }
-}
-
-fn fuse_available() -> bool {
-    match oubli_fuse::check_fuse() {
-        Ok(()) => true,
-        Err(e) if std::env::var("OUBLI_SKIP_EXTERNAL").as_deref() == Ok("1") => {
-            eprintln!("skipped (OUBLI_SKIP_EXTERNAL=1): {e}");
-            false
-        }
-        Err(e) => panic!("{e}\nThe mount tests need /dev/fuse and the Debian package fuse3; OUBLI_SKIP_EXTERNAL=1 skips them."),
     }
 }
 

@@ -29,6 +29,19 @@ pub fn require(ok: bool, what: &str) -> bool {
     panic!("{what} (set OUBLI_SKIP_EXTERNAL=1 to skip tests that need it)");
 }
 
+/// Whether FUSE mounts can run here (/dev/fuse, fuse3): fails naming what
+/// is missing, or with OUBLI_SKIP_EXTERNAL=1 returns false.
+pub fn fuse_available() -> bool {
+    let missing = oubli_fuse::check_fuse().err();
+    require(
+        missing.is_none(),
+        &format!(
+            "the mount tests need /dev/fuse and the Debian package fuse3: {}",
+            missing.map(|e| e.to_string()).unwrap_or_default()
+        ),
+    )
+}
+
 pub fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| {
         std::env::split_paths(&paths)

@@ -244,6 +244,20 @@ fn bad_certificate_directories_name_the_file() {
     );
 }
 
+/// A server that requires TLS on both sockets and cuts a handshake at 1 s.
+fn start_with_1s_handshake(dir: &Path, certs: &Path) -> (ServerHandle, Captured) {
+    start_with(
+        dir,
+        certs,
+        TlsMode::Require,
+        TlsMode::Require,
+        ServerConfig {
+            handshake_timeout: Duration::from_secs(1),
+            ..ServerConfig::default()
+        },
+    )
+}
+
 /// A client that asks for TLS and then says nothing is dropped at the
 /// handshake timeout like any other.
 #[test]
@@ -255,16 +269,7 @@ fn a_client_that_stalls_in_the_tls_handshake_is_dropped() {
     let Some(certs) = make_certs(dir) else {
         return;
     };
-    let (server, _log) = start_with(
-        dir,
-        &certs,
-        TlsMode::Require,
-        TlsMode::Require,
-        ServerConfig {
-            handshake_timeout: Duration::from_secs(1),
-            ..ServerConfig::default()
-        },
-    );
+    let (server, _log) = start_with_1s_handshake(dir, &certs);
     let socket = dir.join("nbd.sock");
     let mut s = RawClient::greet(&socket);
     s.write_all(&3u32.to_be_bytes()).unwrap();
@@ -297,16 +302,7 @@ fn a_client_that_trickles_is_cut_at_the_handshake_deadline() {
     let Some(certs) = make_certs(dir) else {
         return;
     };
-    let (server, log) = start_with(
-        dir,
-        &certs,
-        TlsMode::Require,
-        TlsMode::Require,
-        ServerConfig {
-            handshake_timeout: Duration::from_secs(1),
-            ..ServerConfig::default()
-        },
-    );
+    let (server, log) = start_with_1s_handshake(dir, &certs);
     let socket = dir.join("nbd.sock");
     // Sends `bytes` one every 300 ms; returns how many went out before the
     // server closed the connection (all of them: it never did).

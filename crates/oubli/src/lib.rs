@@ -106,6 +106,7 @@ pub mod crates {
     pub use oubli_vault as vault;
 }
 
+pub mod certificate;
 pub mod clock;
 pub mod control;
 pub mod exit;

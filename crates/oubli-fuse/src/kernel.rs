@@ -29,12 +29,12 @@ pub(crate) const MAX_IO: u32 = 1 << 20;
 
 pub(crate) struct Kernel {
     pub(crate) fs: Arc<Fs>,
-    snaps: Snapdir,
+    snaps: Snapdir<Fs>,
     destroyed: bool,
 }
 
 impl Kernel {
-    pub(crate) fn new(fs: Arc<Fs>, snaps: Snapdir) -> Kernel {
+    pub(crate) fn new(fs: Arc<Fs>, snaps: Snapdir<Fs>) -> Kernel {
         Kernel {
             fs,
             snaps,

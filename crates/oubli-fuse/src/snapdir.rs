@@ -5,20 +5,30 @@
 //! is `s << 48 | oid`, slots counting from 1 in the order the mount first
 //! meets each snapshot and never reused while mounted (a removed snapshot's
 //! inodes answer ENOENT, never another snapshot's files); `.snapshots` itself
-//! is [`SNAPDIR_INO`]. Each snapshot is served by its own read-only [`Fs`]
-//! over [`Store::snapshot`], so every read path is the live one.
+//! is [`SNAPDIR_INO`]. Each snapshot is served by its own read-only file
+//! system over [`Store::snapshot`] (the live one's type, through
+//! [`SnapshotFs`]), so every read path is the live one.
 //!
 //! Views hold tree keys in memory. They are dropped whenever the store's
 //! [`Store::snapshot_generation`] moves (a snapshot removed or redacted, a
 //! share destroyed, the cleaner run, a commit), so nothing erased stays
 //! readable through a view made before.
 
-use crate::fs::{errno, Fs, R};
 use crate::options::MountOptions;
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use oubli_core::Store;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+type R<T> = Result<T, Errno>;
+
+/// What `.snapshots` needs of the file system that serves one snapshot:
+/// that it can be opened over it. The only dependence of this module on
+/// the file system it serves.
+pub(crate) trait SnapshotFs: Sized {
+    /// The file system over snapshot `name` of `store`, with `opts` (read-only).
+    fn open_snapshot(store: &Store, name: &str, opts: &MountOptions) -> R<Self>;
+}
 
 /// Bits of an inode number that hold the object id.
 const SLOT_SHIFT: u32 = 48;
@@ -31,13 +41,13 @@ pub(crate) const SNAPDIR_INO: u64 = (0xFFFF << SLOT_SHIFT) | 1;
 pub(crate) const SNAPDIR_NAME: &[u8] = b".snapshots";
 
 /// Where an inode lives.
-pub(crate) enum Place {
+pub(crate) enum Place<F> {
     /// The live store's object.
     Live(u64),
     /// `.snapshots` itself.
     Snapdir,
     /// Object `oid` of the snapshot served by `fs`.
-    Snap { slot: u16, fs: Arc<Fs>, oid: u64 },
+    Snap { slot: u16, fs: Arc<F>, oid: u64 },
 }
 
 /// The kernel's inode number for object `oid` in `slot` (0: the live store).
@@ -60,30 +70,30 @@ pub(crate) fn in_snapshot(ino: u64) -> bool {
     ino >> SLOT_SHIFT != 0
 }
 
-pub(crate) struct Snapdir {
+pub(crate) struct Snapdir<F> {
     store: Arc<Store>,
     /// What each snapshot's file system is mounted with (read-only).
     opts: MountOptions,
-    views: Mutex<Views>,
+    views: Mutex<Views<F>>,
 }
 
-struct Views {
+struct Views<F> {
     /// The store's snapshot generation the fields below were made at.
     generation: Option<u64>,
     /// Snapshots that exist at that generation.
     existing: BTreeSet<String>,
     slot_of: HashMap<String, u16>,
     name_of: HashMap<u16, String>,
-    open: HashMap<u16, Arc<Fs>>,
+    open: HashMap<u16, Arc<F>>,
     next_slot: u16,
 }
 
-fn lock(m: &Mutex<Views>) -> MutexGuard<'_, Views> {
+fn lock<F>(m: &Mutex<Views<F>>) -> MutexGuard<'_, Views<F>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Snapdir {
-    pub(crate) fn new(store: Arc<Store>, live: &MountOptions) -> Snapdir {
+impl<F: SnapshotFs> Snapdir<F> {
+    pub(crate) fn new(store: Arc<Store>, live: &MountOptions) -> Snapdir<F> {
         let opts = MountOptions {
             read_only: true,
             policy: None,
@@ -105,7 +115,7 @@ impl Snapdir {
     }
 
     /// Brings the views up to the store's generation: stale views dropped.
-    fn refresh<'a>(&'a self, views: &mut MutexGuard<'a, Views>) {
+    fn refresh<'a>(&'a self, views: &mut MutexGuard<'a, Views<F>>) {
         let generation = self.store.snapshot_generation();
         if views.generation != Some(generation) {
             views.open.clear();
@@ -115,7 +125,7 @@ impl Snapdir {
     }
 
     /// Where `ino` lives; ENOENT for a snapshot removed since the kernel learnt it.
-    pub(crate) fn place(&self, ino: u64) -> R<Place> {
+    pub(crate) fn place(&self, ino: u64) -> R<Place<F>> {
         if !in_snapshot(ino) {
             return Ok(Place::Live(ino));
         }
@@ -131,7 +141,7 @@ impl Snapdir {
         })
     }
 
-    fn fs_of(&self, slot: u16) -> R<Arc<Fs>> {
+    fn fs_of(&self, slot: u16) -> R<Arc<F>> {
         let mut views = lock(&self.views);
         self.refresh(&mut views);
         let name = views.name_of.get(&slot).cloned().ok_or(Errno::ENOENT)?;
@@ -141,13 +151,12 @@ impl Snapdir {
         if let Some(fs) = views.open.get(&slot) {
             return Ok(fs.clone());
         }
-        let view = self.store.snapshot(&name).map_err(errno)?;
-        let fs = Arc::new(Fs::new(Arc::new(view), &self.opts).map_err(errno)?);
+        let fs = Arc::new(F::open_snapshot(&self.store, &name, &self.opts)?);
         views.open.insert(slot, fs.clone());
         Ok(fs)
     }
 
-    fn assign<'a>(&'a self, views: &mut MutexGuard<'a, Views>, name: &str) -> R<u16> {
+    fn assign<'a>(&'a self, views: &mut MutexGuard<'a, Views<F>>, name: &str) -> R<u16> {
         if let Some(&slot) = views.slot_of.get(name) {
             return Ok(slot);
         }
@@ -163,7 +172,7 @@ impl Snapdir {
     }
 
     /// The slot and file system of the snapshot `name`.
-    pub(crate) fn lookup(&self, name: &[u8]) -> R<(u16, Arc<Fs>)> {
+    pub(crate) fn lookup(&self, name: &[u8]) -> R<(u16, Arc<F>)> {
         let name = std::str::from_utf8(name).map_err(|_| Errno::ENOENT)?;
         let slot = {
             let mut views = lock(&self.views);

@@ -1,10 +1,21 @@
 //! Snapshots and redaction: a quiesced store for taking snapshots, and erasing a path from the live tree and every snapshot.
 
 use super::{errno, Fs, R};
+use crate::options::MountOptions;
+use crate::snapdir::SnapshotFs;
 use fuser::{Errno, INodeNo};
 use oubli_core::{Error as StoreError, Store, ROOT_DIR};
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::Arc;
+
+/// `.snapshots` serves each snapshot with a read-only `Fs` over its view.
+impl SnapshotFs for Fs {
+    fn open_snapshot(store: &Store, name: &str, opts: &MountOptions) -> R<Fs> {
+        let view = store.snapshot(name).map_err(errno)?;
+        Fs::new(Arc::new(view), opts).map_err(errno)
+    }
+}
 
 impl Fs {
     /// Runs `f` with no namespace operation half done and every pending

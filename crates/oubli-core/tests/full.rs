@@ -3,7 +3,7 @@
 mod common;
 
 use common::options;
-use oubli_core::{CreateOptions, Error, Medium, Store, Vault};
+use oubli_core::{CreateOptions, Error, Medium, Store, Vault, ROOT_DIR};
 use oubli_media::{FaultMedium, MemMedium, TearMode};
 use oubli_vault::MemoryVault;
 use std::sync::Arc;
@@ -564,4 +564,136 @@ fn key_consolidation_leaves_the_reserve_alone() {
         assert_eq!(store.read(oid, 0, size).unwrap(), noise(size, seed));
     }
     assert!(matches!(store.object(gone), Err(Error::NoObject(_))));
+}
+
+/// What a snapshot or share call did, as the store shows it: `true` once
+/// its change is in.
+type Applied = fn(&Store) -> bool;
+
+/// A store with a committed object, snapshot `s` holding it, and changes
+/// both written out and buffered, so that the call's flush has work of
+/// its own before the call's change.
+fn catalog_setup() -> (Store, Arc<FaultMedium<Arc<MemMedium>>>, Arc<MemoryVault>) {
+    let medium = Arc::new(FaultMedium::new(Arc::new(MemMedium::new())));
+    let (store, vault) = create(medium.clone());
+    let kept = store.create_object(b"").unwrap();
+    store.write(kept, 0, &noise(64 << 10, 1)).unwrap();
+    store.snapshot_create("s", None).unwrap();
+    store.commit().unwrap();
+    let more = store.create_object(b"").unwrap();
+    store.write(more, 0, &noise(40 << 10, 2)).unwrap();
+    let small = store.create_object(b"").unwrap();
+    for (i, chunk) in noise(12 << 10, 3).chunks(4096).enumerate() {
+        store.write(small, (i * 4096) as u64, chunk).unwrap();
+    }
+    (store, medium, vault)
+}
+
+/// `StorageFull` at every I/O point of a call that changes the catalog and
+/// is durable when it returns (snapshot removal and creation, redaction,
+/// share creation): the call either succeeds, and its change is there
+/// after a reopen, or answers `NoSpace` having changed nothing: the store
+/// shows the old state, and a flush once the space is back, a commit and a
+/// reopen do not bring the change in behind the caller's back.
+fn catalog_sweep(what: &str, call: fn(&Store) -> oubli_core::Result<()>, applied: Applied) {
+    let points = {
+        let (store, medium, _) = catalog_setup();
+        let start = medium.points();
+        call(&store).unwrap();
+        assert!(applied(&store), "{what}: no change without a fault");
+        medium.points() - start
+    };
+    assert!(points >= 3, "{what}: only {points} I/O points");
+    let mut refused = 0;
+    for k in 0..points {
+        let (store, medium, vault) = catalog_setup();
+        medium.arm_no_space(medium.points() + k);
+        let when = format!("{what}, no space at point {k} of {points}");
+        let expect = match call(&store) {
+            Ok(()) => true,
+            Err(Error::NoSpace(_)) => {
+                refused += 1;
+                false
+            }
+            Err(e) => panic!("{when}: expected NoSpace or success, got {e}"),
+        };
+        let state = if expect {
+            "succeeded"
+        } else {
+            "answered NoSpace"
+        };
+        assert_eq!(applied(&store), expect, "{when}: the call {state}");
+        store
+            .flush()
+            .unwrap_or_else(|e| panic!("{when}: flush: {e}"));
+        assert_eq!(applied(&store), expect, "{when}: after a flush");
+        drop(store);
+        let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+        assert_eq!(applied(&store), expect, "{when}: the log replayed");
+        store.commit().unwrap();
+        drop(store);
+        let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+        assert_eq!(applied(&store), expect, "{when}: committed and reopened");
+    }
+    assert!(
+        refused >= 2,
+        "{what}: only {refused} of {points} points refused"
+    );
+}
+
+fn has_snapshot(store: &Store, name: &str) -> bool {
+    store.snapshots().iter().any(|s| s.name == name)
+}
+
+#[test]
+fn a_snapshot_removal_that_answers_no_space_changed_nothing() {
+    catalog_sweep(
+        "snapshot removal",
+        |s| s.snapshot_remove("s"),
+        |s| !has_snapshot(s, "s"),
+    );
+}
+
+#[test]
+fn a_snapshot_creation_that_answers_no_space_changed_nothing() {
+    catalog_sweep(
+        "snapshot creation",
+        |s| s.snapshot_create("n", None).map(drop),
+        |s| has_snapshot(s, "n"),
+    );
+}
+
+#[test]
+fn a_redaction_that_answers_no_space_changed_nothing() {
+    // The object snapshot `s` holds besides the root directory.
+    fn held(s: &Store) -> Vec<u64> {
+        let snapshot = s.snapshot("s").unwrap();
+        let objects = snapshot.objects().unwrap();
+        objects
+            .into_iter()
+            .map(|(oid, _)| oid)
+            .filter(|&o| o != ROOT_DIR)
+            .collect()
+    }
+    catalog_sweep(
+        "redaction",
+        |s| s.redact_snapshots(&held(s)).map(drop),
+        |s| held(s).is_empty(),
+    );
+}
+
+#[test]
+fn a_share_creation_that_answers_no_space_changed_nothing() {
+    catalog_sweep(
+        "share creation",
+        |s| {
+            s.share_create("t", "mem:t", |r| {
+                let v = MemoryVault::empty();
+                v.store(r)?;
+                Ok(v)
+            })
+            .map(drop)
+        },
+        |s| s.shares().iter().any(|i| i.name == "t"),
+    );
 }

@@ -410,6 +410,15 @@ impl FlushPlan {
         }
         medium.sync().map_err(|e| ("syncing the intent log", e))
     }
+
+    /// Whether the plan's frame is still wholly to append: a plan that a
+    /// full medium stopped before it may be dropped, its frame never
+    /// having reached the medium ([`Engine::apply_durably`]).
+    pub(super) fn frame_unwritten(&self) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|log| log.has_frame && !log.frame.is_empty())
+    }
 }
 
 /// A commit sealed in memory, waiting for its I/O: the new superblock and

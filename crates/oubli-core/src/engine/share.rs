@@ -76,13 +76,15 @@ impl Store {
             destroyed_at: None,
         };
         e.share_keys.borrow_mut().insert(id, record.key.clone());
-        e.apply(
-            Op::PutShare {
-                share: share.clone(),
-            },
-            true,
-        )?;
-        e.flush()?;
+        if let Err(err) = e.apply_durably(Op::PutShare {
+            share: share.clone(),
+        }) {
+            // Not recorded: the vault made above holds a key of no share.
+            if !e.shares.contains_key(&id) {
+                e.share_keys.borrow_mut().remove(&id);
+            }
+            return Err(err);
+        }
         Ok(e.share_info(&share))
     }
 

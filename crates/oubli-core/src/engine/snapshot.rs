@@ -73,13 +73,9 @@ impl Store {
             expires_at,
             root,
         };
-        e.apply(
-            Op::PutSnapshot {
-                snapshot: record.clone(),
-            },
-            true,
-        )?;
-        e.flush()?;
+        e.apply_durably(Op::PutSnapshot {
+            snapshot: record.clone(),
+        })?;
         Ok(info(&record))
     }
 
@@ -97,8 +93,13 @@ impl Store {
     /// needs is touched. Durable when this returns.
     pub fn snapshot_remove(&self, name: &str) -> Result<()> {
         let mut e = self.lock();
-        e.drop_snapshot(name)?;
-        e.flush()?;
+        e.mutable()?;
+        if !e.snapshots.contains_key(name) {
+            return Err(Error::NoSnapshot(name.to_string()));
+        }
+        e.apply_durably(Op::DropSnapshot {
+            name: name.to_string(),
+        })?;
         e.maybe_commit();
         Ok(())
     }
@@ -213,13 +214,9 @@ impl Store {
         if holding.is_empty() {
             return Ok(Vec::new());
         }
-        e.apply(
-            Op::RedactSnapshots {
-                oids: oids.to_vec(),
-            },
-            true,
-        )?;
-        e.flush()?;
+        e.apply_durably(Op::RedactSnapshots {
+            oids: oids.to_vec(),
+        })?;
         e.maybe_commit();
         Ok(holding.into_iter().collect())
     }
@@ -261,6 +258,66 @@ impl Store {
 }
 
 impl Engine {
+    /// Applies `op`, a change to the catalog (a snapshot taken, removed or
+    /// redacted, a share created), and makes it durable in a frame of its
+    /// own, for a call that is durable when it returns. A call that answers
+    /// `NoSpace` must have changed nothing (DESIGN §7, "A full medium"):
+    /// what was accepted before goes to the medium first, so that its
+    /// `NoSpace` comes before `op` is applied; should the medium then have
+    /// no room for the frame, `op` is taken back, the frame never having
+    /// reached the medium. A frame that did reach it is made durable
+    /// instead (its tally record waits for the next flush): the call then
+    /// succeeds.
+    pub(super) fn apply_durably(&mut self, op: Op) -> Result<()> {
+        self.flush()?;
+        let before = (
+            self.snapshots.clone(),
+            self.shares.clone(),
+            self.stats.clone(),
+            (self.log_offset, self.log_seq),
+            (self.tally_offset, self.tally_counts, self.tally_written_at),
+        );
+        // Nothing buffered is left: the frame holds the op alone, no cells.
+        let alone = self.dirty.is_empty() && self.pending.is_empty();
+        self.apply(op.clone(), true)?;
+        let full = match self.flush() {
+            Err(e @ Error::NoSpace(_)) if alone => e,
+            other => return other,
+        };
+        let (snapshots, shares, stats, log, tally) = before;
+        let taken_back = match &self.owed_flush {
+            Some(plan) if plan.frame_unwritten() => {
+                self.owed_flush = None;
+                (self.log_offset, self.log_seq) = log;
+                (self.tally_offset, self.tally_counts, self.tally_written_at) = tally;
+                true
+            }
+            Some(_) => {
+                // The frame is on the medium: replay finds it once synced.
+                return self
+                    .ctx
+                    .medium
+                    .sync()
+                    .or_else(|e| self.medium_failed("syncing the intent log", e));
+            }
+            // The log was full and the commit that was to hold the op
+            // found no room: the op waits in `pending`.
+            None if (self.log_offset, self.log_seq) == log && self.pending.last() == Some(&op) => {
+                self.pending.pop();
+                self.pending_moved();
+                true
+            }
+            None => false,
+        };
+        if taken_back {
+            self.snapshots = snapshots;
+            self.shares = shares;
+            self.stats = stats;
+            self.snapshot_generation += 1;
+        }
+        Err(full)
+    }
+
     fn drop_snapshot(&mut self, name: &str) -> Result<()> {
         self.mutable()?;
         if !self.snapshots.contains_key(name) {

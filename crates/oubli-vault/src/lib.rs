@@ -28,6 +28,7 @@ pub mod sealing;
 mod slow;
 #[cfg(feature = "tpm")]
 pub mod tpm;
+pub mod tpm_attest;
 mod wear;
 mod worker;
 

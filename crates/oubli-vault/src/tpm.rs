@@ -20,6 +20,7 @@
 use crate::format::{Slot, SlotFault, SLOT_LEN};
 use crate::kdf::{KdfParams, SALT_LEN};
 use crate::sealed::{self, KekState};
+use crate::tpm_attest::{NvCertification, SlotCertifications};
 use crate::worker::{Conn, Worker};
 use crate::{RotationHook, RotationStep};
 use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
@@ -967,6 +968,470 @@ pub(crate) fn map_tss(e: tss_esapi::Error, what: &str) -> VaultError {
             Kind::NvAuthorization | Kind::Attributes | Kind::NvSize | Kind::NvRange | Kind::Size,
         ) => VaultError::Corrupt(msg("NV index does not have the vault's layout")),
         _ => VaultError::Corrupt(msg("TPM refused")),
+    }
+}
+
+// ---- TPM2_NV_Certify: the attestation of what the slot indices hold ----
+
+/// Label hashed into the attestation key's `unique` field: a primary key is
+/// derived from the hierarchy's seed and its template, so this gives oubli
+/// its own AK, the same one on every call (nothing to persist), distinct from
+/// any other primary of the endorsement hierarchy.
+const AK_UNIQUE_LABEL: &[u8] = b"oubli NV attestation key v1";
+
+impl TpmVault {
+    /// TPM2_NV_Certify (digest form) of the slot index holding the current
+    /// record, with `qualifying_data` as `extraData`. See
+    /// [`certify_slots`](Self::certify_slots).
+    pub fn certify_nv(&self, qualifying_data: &[u8]) -> Result<NvCertification, VaultError> {
+        Ok(self.certify_slots(qualifying_data)?.current)
+    }
+
+    /// Asks the TPM to sign, with oubli's attestation key (a restricted
+    /// ECC P-256 signing key, primary in the endorsement hierarchy), the
+    /// SHA-256 of each slot index's contents: `TPMS_NV_DIGEST_CERTIFY_INFO`,
+    /// the digest form of TPM2_NV_Certify (size 0, offset 0; TPM 2.0 library
+    /// rev 1.59). The certification carries that digest only, never the
+    /// sealed record. Check it with
+    /// [`verify_slot_certifications`](crate::tpm_attest::verify_slot_certifications).
+    ///
+    /// Fails with `Unavailable` if the TPM does not implement the digest
+    /// form (it would otherwise return the index's contents).
+    pub fn certify_slots(&self, qualifying_data: &[u8]) -> Result<SlotCertifications, VaultError> {
+        if qualifying_data.len() > 64 {
+            return Err(VaultError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "TPM qualifying data is longer than 64 bytes",
+            )));
+        }
+        let tcti = self.location.tcti.clone();
+        let data = qualifying_data.to_vec();
+        self.on_device_raw(
+            move |ctx, a| {
+                // Which slot is current, through the ESAPI wrapper (it opens the
+                // record, so the certification is of the vault this password opens).
+                let current = current_in(ctx, &a.loc, &a.auth, &a.state, &*a.provider)?.index;
+                Ok((
+                    current,
+                    a.loc.slot_index(current),
+                    a.loc.slot_index(1 - current),
+                ))
+            },
+            move |(_, current, other), a| {
+                let mut esys = raw::Esys::connect(&tcti)?;
+                let ak = esys.create_ak()?;
+                let certify = |esys: &mut raw::Esys,
+                               index: u32|
+                 -> Result<NvCertification, VaultError> {
+                    let (attest, signature) = esys.nv_certify_digest(&ak, index, &a.auth, &data)?;
+                    Ok(NvCertification {
+                        ak_public: ak.public.clone(),
+                        nv_index: index,
+                        attest,
+                        signature,
+                        qualifying_data: data.clone(),
+                    })
+                };
+                let result = certify(&mut esys, current).and_then(|current| {
+                    Ok(SlotCertifications {
+                        current,
+                        other: certify(&mut esys, other)?,
+                    })
+                });
+                esys.flush(ak.handle);
+                result
+            },
+        )
+    }
+
+    /// SHA-256 of the sealed slot that holds the current record: what
+    /// [`certify_slots`](Self::certify_slots) certifies for it. Record it
+    /// before a rotation to check afterwards that no slot holds it any more.
+    pub fn current_record_digest(&self) -> Result<[u8; 32], VaultError> {
+        self.on_device(|ctx, a| {
+            let current = current_in(ctx, &a.loc, &a.auth, &a.state, &*a.provider)?.index;
+            let bytes = Zeroizing::new(read_nv(ctx, a.loc.slot_index(current), &a.auth, SLOT_LEN)?);
+            Ok(crate::tpm_attest::slot_digest(&bytes))
+        })
+    }
+
+    /// Runs `first` with the wrapper's connection, then drops that
+    /// connection (a simulator and a bare `/dev/tpm0` serve one at a time)
+    /// and runs `then` on the device thread, which opens its own raw ESAPI
+    /// context: tss-esapi 7 has no TPM2_NV_Certify.
+    fn on_device_raw<A: Send + 'static, T: Send + 'static>(
+        &self,
+        first: impl FnOnce(&mut Context, &SlotAccess) -> Result<A, VaultError> + Send + 'static,
+        then: impl FnOnce(A, &SlotAccess) -> Result<T, VaultError> + Send + 'static,
+    ) -> Result<T, VaultError> {
+        let access = SlotAccess {
+            auth: self.slot_auth(),
+            loc: self.location.clone(),
+            state: self.state.clone(),
+            provider: self.provider.clone(),
+        };
+        self.worker.run(move |conn| {
+            let got = conn.get().and_then(|c| first(&mut c.ctx, &access));
+            let got = reset_on_unavailable(conn, got)?;
+            conn.reset();
+            then(got, &access)
+        })
+    }
+}
+
+/// Raw ESAPI calls for what tss-esapi 7 does not wrap (TPM2_NV_Certify).
+/// Everything `unsafe` in this file is here, each call at the FFI boundary.
+mod raw {
+    use super::{map_tss, AK_UNIQUE_LABEL};
+    use oubli_core::VaultError;
+    use std::ffi::CString;
+    use std::ptr::null_mut;
+    use tss_esapi::attributes::ObjectAttributesBuilder;
+    use tss_esapi::constants::response_code::Tss2ResponseCode;
+    use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+    use tss_esapi::interface_types::ecc::EccCurve;
+    use tss_esapi::structures::{
+        EccParameter, EccPoint, EccScheme, KeyDerivationFunctionScheme, PublicBuilder,
+        PublicEccParametersBuilder, SymmetricDefinitionObject,
+    };
+    use tss_esapi::tss2_esys as sys;
+
+    fn check(rc: sys::TSS2_RC, what: &str) -> Result<(), VaultError> {
+        if rc == 0 {
+            return Ok(());
+        }
+        Err(map_tss(
+            tss_esapi::Error::Tss2Error(Tss2ResponseCode::from(rc)),
+            what,
+        ))
+    }
+
+    /// An output the ESAPI allocated: freed with `Esys_Free` on drop.
+    struct Out<T>(*mut T);
+
+    impl<T> Out<T> {
+        fn get(&self) -> Result<&T, VaultError> {
+            // SAFETY: the ESAPI either left the pointer null or set it to a
+            // structure it allocated, which lives until our drop.
+            unsafe { self.0.as_ref() }
+                .ok_or_else(|| VaultError::Corrupt("TPM: the ESAPI returned no output".into()))
+        }
+    }
+
+    impl<T> Drop for Out<T> {
+        fn drop(&mut self) {
+            if !self.0.is_null() {
+                // SAFETY: allocated by the ESAPI, freed once.
+                unsafe { sys::Esys_Free(self.0.cast()) };
+            }
+        }
+    }
+
+    /// An ESAPI context on its own TCTI, finalized on drop.
+    pub(super) struct Esys {
+        tcti: *mut sys::TSS2_TCTI_CONTEXT,
+        ctx: *mut sys::ESYS_CONTEXT,
+    }
+
+    /// The attestation key, loaded: its ESYS handle and marshalled public area.
+    pub(super) struct Ak {
+        pub handle: sys::ESYS_TR,
+        pub public: Vec<u8>,
+    }
+
+    /// A fixed-size TPM2B of the ESAPI's C layout from bytes.
+    macro_rules! tpm2b {
+        ($ty:ty, $bytes:expr) => {{
+            let bytes: &[u8] = $bytes;
+            // SAFETY: a plain C struct of integers and byte arrays; all-zero is valid.
+            let mut b: $ty = unsafe { std::mem::zeroed() };
+            if bytes.len() > b.buffer.len() {
+                return Err(VaultError::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "value too long for a TPM buffer",
+                )));
+            }
+            b.size = bytes.len() as u16;
+            b.buffer[..bytes.len()].copy_from_slice(bytes);
+            b
+        }};
+    }
+
+    fn marshal<T>(
+        value: &T,
+        f: unsafe extern "C" fn(*const T, *mut u8, sys::size_t, *mut sys::size_t) -> sys::TSS2_RC,
+        what: &str,
+    ) -> Result<Vec<u8>, VaultError> {
+        // A marshalled structure is never larger than its C form.
+        let mut buf = vec![0u8; std::mem::size_of::<T>() + 8];
+        let mut offset: sys::size_t = 0;
+        // SAFETY: `value` is a valid structure; the buffer and its length match.
+        check(
+            unsafe {
+                f(
+                    value,
+                    buf.as_mut_ptr(),
+                    buf.len() as sys::size_t,
+                    &mut offset,
+                )
+            },
+            what,
+        )?;
+        buf.truncate(offset as usize);
+        Ok(buf)
+    }
+
+    impl Esys {
+        pub fn connect(tcti: &str) -> Result<Esys, VaultError> {
+            let conf = CString::new(tcti)
+                .map_err(|_| VaultError::Unavailable(format!("bad TCTI `{tcti}`")))?;
+            let mut t = null_mut();
+            // SAFETY: `conf` is a C string alive for the call; `t` is an out pointer.
+            let rc = unsafe { sys::Tss2_TctiLdr_Initialize(conf.as_ptr(), &mut t) };
+            if rc != 0 {
+                return Err(VaultError::Unavailable(format!(
+                    "cannot reach the TPM through `{tcti}` (rc {rc:#x})"
+                )));
+            }
+            let mut ctx = null_mut();
+            // SAFETY: `t` is the TCTI just made; `ctx` is an out pointer.
+            let rc = unsafe { sys::Esys_Initialize(&mut ctx, t, null_mut()) };
+            if rc != 0 {
+                // SAFETY: `t` was made above and is not used after this.
+                unsafe { sys::Tss2_TctiLdr_Finalize(&mut t) };
+                return Err(VaultError::Unavailable(format!(
+                    "cannot set up the TPM connection `{tcti}` (rc {rc:#x})"
+                )));
+            }
+            Ok(Esys { tcti: t, ctx })
+        }
+
+        /// Creates oubli's attestation key as a primary of the endorsement
+        /// hierarchy (its authorization must be empty, the usual setting).
+        pub fn create_ak(&mut self) -> Result<Ak, VaultError> {
+            let wrap = |e| map_tss(e, "attestation key template");
+            let attributes = ObjectAttributesBuilder::new()
+                .with_fixed_tpm(true)
+                .with_fixed_parent(true)
+                .with_sensitive_data_origin(true)
+                .with_user_with_auth(true)
+                .with_restricted(true)
+                .with_sign_encrypt(true)
+                .build()
+                .map_err(wrap)?;
+            let label = ring::digest::digest(&ring::digest::SHA256, AK_UNIQUE_LABEL);
+            let public = PublicBuilder::new()
+                .with_public_algorithm(PublicAlgorithm::Ecc)
+                .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+                .with_object_attributes(attributes)
+                .with_ecc_parameters(
+                    PublicEccParametersBuilder::new()
+                        .with_symmetric(SymmetricDefinitionObject::Null)
+                        .with_ecc_scheme(
+                            EccScheme::create(
+                                tss_esapi::interface_types::algorithm::EccSchemeAlgorithm::EcDsa,
+                                Some(HashingAlgorithm::Sha256),
+                                None,
+                            )
+                            .map_err(wrap)?,
+                        )
+                        .with_curve(EccCurve::NistP256)
+                        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+                        .with_is_signing_key(true)
+                        .with_is_decryption_key(false)
+                        .with_restricted(true)
+                        .build()
+                        .map_err(wrap)?,
+                )
+                .with_ecc_unique_identifier(EccPoint::new(
+                    EccParameter::try_from(label.as_ref()).map_err(wrap)?,
+                    EccParameter::default(),
+                ))
+                .build()
+                .map_err(wrap)?;
+            let template = sys::TPM2B_PUBLIC::try_from(public).map_err(wrap)?;
+            // SAFETY: plain C structs; all-zero is the empty value.
+            let sensitive: sys::TPM2B_SENSITIVE_CREATE = unsafe { std::mem::zeroed() };
+            let outside: sys::TPM2B_DATA = unsafe { std::mem::zeroed() };
+            let pcrs: sys::TPML_PCR_SELECTION = unsafe { std::mem::zeroed() };
+            let mut handle = sys::ESYS_TR_NONE;
+            let mut out_public = Out::<sys::TPM2B_PUBLIC>(null_mut());
+            let mut creation_data = Out::<sys::TPM2B_CREATION_DATA>(null_mut());
+            let mut creation_hash = Out::<sys::TPM2B_DIGEST>(null_mut());
+            let mut ticket = Out::<sys::TPMT_TK_CREATION>(null_mut());
+            // SAFETY: every input points to a live structure, every output
+            // to a pointer the ESAPI fills (freed by `Out`).
+            let rc = unsafe {
+                sys::Esys_CreatePrimary(
+                    self.ctx,
+                    sys::ESYS_TR_RH_ENDORSEMENT,
+                    sys::ESYS_TR_PASSWORD,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    &sensitive,
+                    &template,
+                    &outside,
+                    &pcrs,
+                    &mut handle,
+                    &mut out_public.0,
+                    &mut creation_data.0,
+                    &mut creation_hash.0,
+                    &mut ticket.0,
+                )
+            };
+            check(
+                rc,
+                "create the attestation key in the endorsement hierarchy",
+            )?;
+            let public = marshal(
+                out_public.get()?,
+                sys::Tss2_MU_TPM2B_PUBLIC_Marshal,
+                "marshal the attestation key",
+            );
+            match public {
+                Ok(public) => Ok(Ak { handle, public }),
+                Err(e) => {
+                    self.flush(handle);
+                    Err(e)
+                }
+            }
+        }
+
+        /// TPM2_NV_Certify of `index` with size 0 and offset 0: the TPM signs
+        /// the SHA-256 of the whole index. Returns the `TPMS_ATTEST` bytes
+        /// and the marshalled `TPMT_SIGNATURE`.
+        pub fn nv_certify_digest(
+            &mut self,
+            ak: &Ak,
+            index: u32,
+            auth: &[u8],
+            qualifying_data: &[u8],
+        ) -> Result<(Vec<u8>, Vec<u8>), VaultError> {
+            let what = format!("certify NV index {index:#010x}");
+            let mut nv = sys::ESYS_TR_NONE;
+            // SAFETY: `nv` is an out handle.
+            let rc = unsafe {
+                sys::Esys_TR_FromTPMPublic(
+                    self.ctx,
+                    index,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    &mut nv,
+                )
+            };
+            check(rc, &format!("open NV index {index:#010x}"))?;
+            let result = self.certify_open(ak, nv, auth, qualifying_data, &what);
+            // SAFETY: `nv` was opened above; closing only forgets the ESYS handle.
+            unsafe { sys::Esys_TR_Close(self.ctx, &mut nv) };
+            result
+        }
+
+        fn certify_open(
+            &mut self,
+            ak: &Ak,
+            nv: sys::ESYS_TR,
+            auth: &[u8],
+            qualifying_data: &[u8],
+            what: &str,
+        ) -> Result<(Vec<u8>, Vec<u8>), VaultError> {
+            let mut auth = tpm2b!(sys::TPM2B_AUTH, auth);
+            // SAFETY: `nv` is a live ESYS handle; the ESAPI copies the value.
+            let rc = unsafe { sys::Esys_TR_SetAuth(self.ctx, nv, &auth) };
+            zeroize::Zeroize::zeroize(&mut auth.buffer);
+            check(rc, what)?;
+            // The NV authorization goes through an HMAC session so the
+            // slot's authorization value never crosses the bus; the AK's
+            // (empty) one through a password session.
+            let session = self.hmac_session(what)?;
+            let data = tpm2b!(sys::TPM2B_DATA, qualifying_data);
+            // SAFETY: a plain C struct; the scheme is set below.
+            let mut scheme: sys::TPMT_SIG_SCHEME = unsafe { std::mem::zeroed() };
+            scheme.scheme = tss_esapi::constants::tss::TPM2_ALG_NULL;
+            let mut attest = Out::<sys::TPM2B_ATTEST>(null_mut());
+            let mut signature = Out::<sys::TPMT_SIGNATURE>(null_mut());
+            // SAFETY: live handles and inputs; outputs freed by `Out`.
+            let rc = unsafe {
+                sys::Esys_NV_Certify(
+                    self.ctx,
+                    ak.handle,
+                    nv,
+                    nv,
+                    sys::ESYS_TR_PASSWORD,
+                    session,
+                    sys::ESYS_TR_NONE,
+                    &data,
+                    &scheme,
+                    0,
+                    0,
+                    &mut attest.0,
+                    &mut signature.0,
+                )
+            };
+            self.flush(session);
+            check(rc, what)?;
+            let attest = attest.get()?;
+            let bytes = attest.attestationData
+                [..(attest.size as usize).min(attest.attestationData.len())]
+                .to_vec();
+            // A TPM before rev 1.59 answers size 0 with an ordinary NV
+            // certification of zero bytes: refuse it rather than ever ask
+            // for the contents.
+            if bytes.get(4..6) != Some(&0x801cu16.to_be_bytes()[..]) {
+                return Err(VaultError::Unavailable(format!(
+                    "TPM: {what}: the TPM does not implement the digest form of TPM2_NV_Certify \
+                     (TPM 2.0 library rev 1.59); no attestation made"
+                )));
+            }
+            let signature = marshal(
+                signature.get()?,
+                sys::Tss2_MU_TPMT_SIGNATURE_Marshal,
+                "marshal the signature",
+            )?;
+            Ok((bytes, signature))
+        }
+
+        fn hmac_session(&mut self, what: &str) -> Result<sys::ESYS_TR, VaultError> {
+            // SAFETY: a plain C struct; NULL algorithm = no parameter encryption.
+            let mut symmetric: sys::TPMT_SYM_DEF = unsafe { std::mem::zeroed() };
+            symmetric.algorithm = tss_esapi::constants::tss::TPM2_ALG_NULL;
+            let mut session = sys::ESYS_TR_NONE;
+            // SAFETY: inputs live, `session` an out handle.
+            let rc = unsafe {
+                sys::Esys_StartAuthSession(
+                    self.ctx,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    sys::ESYS_TR_NONE,
+                    std::ptr::null(),
+                    tss_esapi::constants::tss::TPM2_SE_HMAC,
+                    &symmetric,
+                    tss_esapi::constants::tss::TPM2_ALG_SHA256,
+                    &mut session,
+                )
+            };
+            check(rc, what)?;
+            Ok(session)
+        }
+
+        /// Flushes a transient object or session; errors are ignored (the
+        /// TPM drops them at reset anyway).
+        pub fn flush(&mut self, handle: sys::ESYS_TR) {
+            // SAFETY: `handle` came from this context.
+            unsafe { sys::Esys_FlushContext(self.ctx, handle) };
+        }
+    }
+
+    impl Drop for Esys {
+        fn drop(&mut self) {
+            // SAFETY: both were made in `connect` and are not used after.
+            unsafe {
+                sys::Esys_Finalize(&mut self.ctx);
+                sys::Tss2_TctiLdr_Finalize(&mut self.tcti);
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! shows it as text or HTML, [`verify`] checks it, alone or against the
 //! store as it is now).
 
+pub mod attestation;
 pub mod render;
 pub mod sign;
 pub mod verify;
@@ -268,16 +269,27 @@ pub struct VaultRecords {
 pub enum VaultAttestation {
     /// TPM2_NV_Certify (digest form) of the vault's NV index, signed by a
     /// TPM attestation key: the index holds a record of this SHA-256.
+    /// A TPM vault has two slot indices; both are certified (`attestation`).
     TpmNvCertify {
         /// Base64 TPM2B_PUBLIC of the attestation key.
         ak_public: String,
-        /// Base64 TPM2B_ATTEST.
+        /// Base64 TPMS_ATTEST (the bytes the TPM signed) of the slot holding
+        /// the current record.
         attest: String,
         /// Base64 TPMT_SIGNATURE.
         signature: String,
         nv_index: u32,
-        /// Hex qualifying data (binds the attestation to this certificate).
+        /// Hex qualifying data (binds the attestation to this certificate:
+        /// `attestation::qualifying_data`).
         qualifying_data: String,
+        /// The vault's other slot index, which the rotation blanked, and
+        /// its certification (same AK, same qualifying data).
+        other_nv_index: u32,
+        other_attest: String,
+        other_signature: String,
+        /// Hex SHA-256 of the sealed slot that held epoch N's record (what
+        /// NV_Certify would report for it): no slot may hold it again.
+        sealed_record_before: String,
     },
 }
 

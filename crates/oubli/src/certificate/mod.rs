@@ -398,10 +398,20 @@ pub fn method_for(info: &oubli_core::VaultInfo) -> Method {
             "Cryptographic Erase (NIST SP 800-88 Purge): every erased unit was sealed under keys derived from epoch N's key, which was replaced in a vault of kind {} whose overwrite destroys the old value on the device.",
             info.kind
         ),
-        Category::Clear => format!(
-            "Cryptographic Erase, NOT a Purge (Clear at best): epoch N's key was replaced in a vault of kind {}, whose medium may keep old copies of it (file system journal, snapshots, SSD remapping, backups). Whoever holds such a copy and the password can still read the erased data. Keep the vault in a TPM or a PKCS#11 token for a Purge.",
-            info.kind
-        ),
+        Category::Clear => {
+            // A TPM simulator or a software token (SoftHSM) keeps its
+            // objects in host files: the same caveat as a file vault.
+            let medium = match info.kind.as_str() {
+                "file" => "a file, whose medium",
+                "pkcs11" => "a software token (such as SoftHSM) whose objects are host files; their medium",
+                "tpm2" => "a TPM simulator whose NV memory is a host file; its medium",
+                _ => "a medium that",
+            };
+            format!(
+                "Cryptographic Erase, NOT a Purge (Clear at best): epoch N's key was replaced in a vault of kind {}, {medium} may keep old copies of it (file system journal, snapshots, SSD remapping, backups). Whoever holds such a copy and the password can still read the erased data. Keep the vault in a hardware TPM or PKCS#11 token for a Purge.",
+                info.kind
+            )
+        }
     };
     Method {
         technique: "cryptographic erase".into(),
@@ -439,6 +449,31 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info(kind: &str, overwrite_is_erasure: bool) -> oubli_core::VaultInfo {
+        oubli_core::VaultInfo {
+            kind: kind.into(),
+            location: "x".into(),
+            endurance_writes: None,
+            overwrite_is_erasure,
+        }
+    }
+
+    #[test]
+    fn only_a_vault_whose_overwrite_erases_makes_a_purge() {
+        for kind in ["tpm2", "pkcs11"] {
+            let m = method_for(&info(kind, true));
+            assert_eq!(m.category, Category::Purge, "{kind}");
+            assert!(m.statement.contains("Purge"), "{}", m.statement);
+            let m = method_for(&info(kind, false));
+            assert_eq!(m.category, Category::Clear, "{kind}");
+            assert!(m.statement.contains("NOT a Purge"), "{}", m.statement);
+            assert!(m.statement.contains("host file"), "{}", m.statement);
+        }
+        let m = method_for(&info("file", false));
+        assert_eq!(m.category, Category::Clear);
+        assert!(m.statement.contains("NOT a Purge"), "{}", m.statement);
+    }
 
     #[test]
     fn hashed_names_depend_on_the_salt() {

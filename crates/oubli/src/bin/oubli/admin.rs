@@ -105,7 +105,10 @@ pub fn init(
 }
 
 /// `oubli commit` (alias `purge`).
-pub fn commit(g: &Global) -> Result<String, Failure> {
+pub fn commit(g: &Global, cert: &crate::cert_cmd::CertArgs) -> Result<String, Failure> {
+    if let Some(request) = crate::cert_cmd::prepare(cert, true)? {
+        return commit_certified(g, request);
+    }
     // A mount or server holding the store open commits for us.
     if let Some(reply) = g.control("purge")? {
         let epoch = reply.map_err(|e| g.control_failure(e))?;
@@ -121,6 +124,38 @@ pub fn commit(g: &Global) -> Result<String, Failure> {
     }
     Ok(format!(
         "committed: epoch {} began; everything deleted before it is now unrecoverable\n",
+        session.store.epoch()
+    ))
+}
+
+/// `oubli commit --certificate FILE`: names no item (the store does not
+/// keep the names of what was deleted); the certificate states the epoch's
+/// totals.
+fn commit_certified(g: &Global, request: crate::cert_cmd::Request) -> Result<String, Failure> {
+    if oubli::control::request(&g.store, "status").is_ok_and(|r| r.is_some()) {
+        return Err(Failure::usage(
+            "--certificate on a store a mount or server holds open: unmount it with `oubli umount --certificate FILE`, or stop the server, then commit",
+        ));
+    }
+    let (session, tally) = crate::cert_cmd::open(g, true)?;
+    let mut tally = tally.expect("a certificate was asked for");
+    // Opening a store whose last command left an intent log commits it
+    // already; a second commit would only cost a vault write.
+    if !session.committed_on_open() {
+        tally.before_commit(g, &session)?;
+        session.store.commit().map_err(|e| g.fail(e))?;
+    }
+    let written = crate::cert_cmd::finish(
+        request,
+        g,
+        &session,
+        tally,
+        "oubli commit",
+        Vec::new(),
+        Vec::new(),
+    )?;
+    Ok(format!(
+        "committed: epoch {} began; everything deleted before it is now unrecoverable\n{written}",
         session.store.epoch()
     ))
 }

@@ -323,18 +323,38 @@ fn at_snapshot(
         .transpose()
 }
 
-/// `oubli rm NAME [--purge] [--all-snapshots]`.
-pub fn rm(g: &Global, name: &str, purge: bool, all_snapshots: bool) -> Result<String, Failure> {
+/// `oubli rm NAME [--purge] [--all-snapshots] [--certificate FILE]`.
+pub fn rm(
+    g: &Global,
+    name: &str,
+    purge: bool,
+    all_snapshots: bool,
+    cert: &crate::cert_cmd::CertArgs,
+) -> Result<String, Failure> {
     let key = check_name(name)?;
-    let session = g.open(Access::Write)?;
+    let request = crate::cert_cmd::prepare(cert, purge)?;
+    let (session, mut tally) = crate::cert_cmd::open(g, request.is_some())?;
     let store = &session.store;
-    let (removed, kept_in) = if all_snapshots {
-        (erase_everywhere(g, store, name, key)?, Vec::new())
+    // What the certificate states: the objects and their sizes, taken
+    // before they go.
+    let (removed, kept_in, oids, bytes, from) = if all_snapshots {
+        let gone = erase_everywhere(g, store, name, key, request.is_some())?;
+        (gone.message, Vec::new(), gone.oids, gone.bytes, gone.from)
     } else {
+        let bytes = match (&request, store.lookup(ROOT_DIR, key)) {
+            (Some(_), Ok(Some(oid))) => crate::cert_cmd::object_bytes(store, &[oid]),
+            _ => 0,
+        };
         let oid = store.unlink(ROOT_DIR, key).map_err(|e| g.fail(e))?;
         delete_if_unlinked(store, oid).map_err(|e| g.fail(e))?;
         let kept_in = store.snapshots_holding(oid).map_err(|e| g.fail(e))?;
-        (format!("removed {name}"), kept_in)
+        (
+            format!("removed {name}"),
+            kept_in,
+            vec![oid],
+            bytes,
+            Vec::new(),
+        )
     };
     let except = match kept_in.len() {
         0 => String::new(),
@@ -344,16 +364,51 @@ pub fn rm(g: &Global, name: &str, purge: bool, all_snapshots: bool) -> Result<St
         ),
     };
     if purge {
+        if let Some(tally) = &mut tally {
+            tally.before_commit(g, &session)?;
+        }
         store.commit().map_err(|e| g.fail(e))?;
         let done = if except.is_empty() {
             "its data is now unrecoverable".to_string()
         } else {
             format!("its data is now unrecoverable{except}")
         };
-        Ok(format!(
-            "{removed} and committed epoch {}: {done}\n",
-            store.epoch()
-        ))
+        let mut out = format!("{removed} and committed epoch {}: {done}\n", store.epoch());
+        if let (Some(request), Some(tally)) = (request, tally) {
+            use oubli::certificate::{ErasedItem, ItemKind, RetainedItem};
+            // Erased only if no snapshot and no other name keeps the data.
+            let mut still = Vec::new();
+            for &oid in &oids {
+                if store.exists(oid).map_err(|e| g.fail(e))? {
+                    still.push(oid);
+                }
+            }
+            let (items, retained) = if kept_in.is_empty() && still.is_empty() {
+                let item = ErasedItem {
+                    kind: ItemKind::Name,
+                    name: request.name(name),
+                    object_ids: oids,
+                    bytes,
+                    from_snapshots: from.iter().map(|s| request.name(s)).collect(),
+                };
+                (vec![item], Vec::new())
+            } else {
+                let item = RetainedItem {
+                    kind: ItemKind::Name,
+                    name: request.name(name),
+                    object_ids: oids,
+                    kept_in: kept_in.iter().map(|s| request.name(s)).collect(),
+                };
+                (Vec::new(), vec![item])
+            };
+            let command = if all_snapshots {
+                "oubli rm --purge --all-snapshots"
+            } else {
+                "oubli rm --purge"
+            };
+            out += &crate::cert_cmd::finish(request, g, &session, tally, command, items, retained)?;
+        }
+        Ok(out)
     } else {
         store.flush().map_err(|e| g.fail(e))?;
         Ok(format!(
@@ -362,11 +417,27 @@ pub fn rm(g: &Global, name: &str, purge: bool, all_snapshots: bool) -> Result<St
     }
 }
 
+/// What `rm --all-snapshots` removed.
+struct Gone {
+    message: String,
+    oids: Vec<u64>,
+    /// Their sizes (measured only for a certificate).
+    bytes: u64,
+    /// The snapshots they were removed from.
+    from: Vec<String>,
+}
+
 /// `rm --all-snapshots`: the objects NAME names in the live store or in any
 /// snapshot are removed everywhere — every name of theirs in the live store,
 /// their data, and their entries in every snapshot (which stay otherwise
 /// intact). Returns what to tell the user.
-fn erase_everywhere(g: &Global, store: &Store, name: &str, key: &[u8]) -> Result<String, Failure> {
+fn erase_everywhere(
+    g: &Global,
+    store: &Store,
+    name: &str,
+    key: &[u8],
+    measure: bool,
+) -> Result<Gone, Failure> {
     let fail = |e| g.fail(e);
     let live = store.lookup(ROOT_DIR, key).map_err(fail)?;
     let mut oids: Vec<u64> = live.into_iter().collect();
@@ -380,6 +451,11 @@ fn erase_everywhere(g: &Global, store: &Store, name: &str, key: &[u8]) -> Result
             "{name} (neither in the store nor in any snapshot)"
         ))));
     }
+    let bytes = if measure {
+        crate::cert_cmd::object_bytes(store, &oids)
+    } else {
+        0
+    };
     for (linked, target) in store.list(ROOT_DIR).map_err(fail)? {
         if oids.contains(&target) {
             store.unlink(ROOT_DIR, &linked).map_err(fail)?;
@@ -392,12 +468,18 @@ fn erase_everywhere(g: &Global, store: &Store, name: &str, key: &[u8]) -> Result
     }
     let from = store.redact_snapshots(&oids).map_err(fail)?;
     let live = if live.is_some() { "the store and " } else { "" };
-    Ok(match from.len() {
+    let message = match from.len() {
         0 => format!("removed {name} from {live}no snapshot (none held it)"),
         n => format!(
             "removed {name} from {live}{n} snapshot(s) ({})",
             from.join(", ")
         ),
+    };
+    Ok(Gone {
+        message,
+        oids,
+        bytes,
+        from,
     })
 }
 

@@ -6,6 +6,7 @@
 
 mod admin;
 mod audit;
+mod cert_cmd;
 mod data;
 mod failure;
 mod fstab;
@@ -131,6 +132,8 @@ enum Command {
         /// Also remove NAME (and its data) from every snapshot that holds it
         #[arg(long)]
         all_snapshots: bool,
+        #[command(flatten)]
+        cert: cert_cmd::CertArgs,
     },
     /// List the stored names
     Ls {
@@ -165,6 +168,8 @@ enum Command {
     Commit {
         /// A live `oubli mount`: commit the store mounted there (instead of --store)
         mountpoint: Option<PathBuf>,
+        #[command(flatten)]
+        cert: cert_cmd::CertArgs,
     },
     /// Show the epoch, pending deletions, space and vault
     Status {
@@ -235,13 +240,16 @@ enum Command {
     Vault(vault_cmd::VaultCommand),
     /// Unmount a mounted store: commits, so that everything deleted is unrecoverable
     Umount(mount::UmountArgs),
+    /// Certificates of sanitization: check one (against the store too), show one as text or HTML
+    #[command(subcommand)]
+    Certificate(cert_cmd::CertificateCommand),
     /// Write the man pages and shell completions under DIR (as under /usr/local/share)
     #[command(hide = true)]
     Generate { dir: PathBuf },
 }
 
-/// `oubli --version`: the version, what this build can do, and the crypto provider.
-fn long_version() -> String {
+/// What this build can do: `+tpm`, `-tpm`, ... (`oubli --version`, certificates).
+pub fn features() -> Vec<String> {
     let features = [
         (cfg!(feature = "tpm"), "tpm"),
         (true, "pkcs11"),
@@ -249,10 +257,15 @@ fn long_version() -> String {
         (true, "nbd"),
         (true, "nbd-tls"),
     ];
-    let features: Vec<String> = features
+    features
         .iter()
         .map(|(on, name)| format!("{}{name}", if *on { '+' } else { '-' }))
-        .collect();
+        .collect()
+}
+
+/// `oubli --version`: the version, what this build can do, and the crypto provider.
+fn long_version() -> String {
+    let features = features();
     format!(
         "{}\nfeatures: {}\ncrypto provider: {} (passwords: Argon2id)",
         env!("CARGO_PKG_VERSION"),
@@ -308,6 +321,8 @@ pub fn emit(text: &str) -> Result<(), Failure> {
 }
 
 fn run(cli: Cli) -> Result<String, Failure> {
+    // `certificate verify` checks against the store only when told which.
+    let store_given = cli.store.is_some();
     let g = Global::new(
         cli.store,
         cli.vault,
@@ -342,7 +357,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
             name,
             purge,
             all_snapshots,
-        } => data::rm(&g, &name, purge, all_snapshots),
+            cert,
+        } => data::rm(&g, &name, purge, all_snapshots, &cert),
         Command::Ls {
             long,
             json,
@@ -355,7 +371,9 @@ fn run(cli: Cli) -> Result<String, Failure> {
             mountpoint,
             purge,
         } => snapshot_cmd::redact(&g, &path, mountpoint.as_deref(), purge),
-        Command::Commit { mountpoint } => admin::commit(&g.at_mount(mountpoint.as_deref())?),
+        Command::Commit { mountpoint, cert } => {
+            admin::commit(&g.at_mount(mountpoint.as_deref())?, &cert)
+        }
         Command::Status {
             json: _,
             watch: true,
@@ -389,6 +407,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         Command::Mount(args) => mount::mount(&g, args),
         Command::Umount(args) => mount::umount(&g, args),
         Command::Vault(command) => vault_cmd::run(&g, command),
+        Command::Certificate(command) => cert_cmd::run(&g, store_given, command),
         Command::Generate { dir } => generate(&dir),
     }
 }

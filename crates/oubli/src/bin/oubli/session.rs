@@ -125,6 +125,8 @@ pub fn is_file_vault(address: &Path) -> bool {
 /// An open store with what the commands need beside it.
 pub struct Session {
     pub store: Store,
+    /// The store's vault (`--certificate` reads its record before and after a commit).
+    pub vault: Arc<Box<dyn Vault>>,
     /// The vault's epoch before the store was opened: if the store's epoch is
     /// higher now, opening replayed an intent log and committed it.
     pub vault_epoch_at_open: u64,
@@ -430,8 +432,20 @@ impl Global {
     pub fn open(&self, access: Access) -> Result<Session, Failure> {
         self.require_store()?;
         let lock = self.lock(access)?;
-        let provider = provider();
         let password = self.password()?;
+        self.open_with(access, lock, password)
+    }
+
+    /// [`open`](Self::open) under a lock the caller took already, with the
+    /// password it read (`--certificate` looks at the store read-only first,
+    /// under the same exclusive lock, without asking twice).
+    pub fn open_with(
+        &self,
+        access: Access,
+        lock: Option<File>,
+        password: SecretBytes,
+    ) -> Result<Session, Failure> {
+        let provider = provider();
         let vault = Arc::new(self.open_vault_at(&self.vault, &password, &provider)?);
         let vault_epoch_at_open = vault.load().map_err(|e| self.fail(Error::Vault(e)))?.epoch;
         let store = self
@@ -445,6 +459,7 @@ impl Global {
         };
         Ok(Session {
             store,
+            vault,
             vault_epoch_at_open,
             password,
             orphans_collected,

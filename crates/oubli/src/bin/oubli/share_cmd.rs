@@ -31,6 +31,8 @@ pub enum ShareCommand {
         /// Do not ask for confirmation
         #[arg(long)]
         yes: bool,
+        #[command(flatten)]
+        cert: crate::cert_cmd::CertArgs,
     },
 }
 
@@ -47,7 +49,7 @@ pub fn run(g: &Global, command: ShareCommand) -> Result<String, Failure> {
     match command {
         ShareCommand::Create { name, share_vault } => create(g, &name, &share_vault),
         ShareCommand::Ls { json } => ls(g, json),
-        ShareCommand::Destroy { name, yes } => destroy(g, &name, yes),
+        ShareCommand::Destroy { name, yes, cert } => destroy(g, &name, yes, &cert),
     }
 }
 
@@ -106,11 +108,17 @@ fn ls(g: &Global, json: bool) -> Result<String, Failure> {
     Ok(out)
 }
 
-fn destroy(g: &Global, name: &str, yes: bool) -> Result<String, Failure> {
+fn destroy(
+    g: &Global,
+    name: &str,
+    yes: bool,
+    cert: &crate::cert_cmd::CertArgs,
+) -> Result<String, Failure> {
+    let request = crate::cert_cmd::prepare(cert, true)?;
     if !yes {
         confirm(name)?;
     }
-    let session = g.open(Access::Write)?;
+    let (session, mut tally) = crate::cert_cmd::open(g, request.is_some())?;
     let share = session
         .store
         .shares()
@@ -119,14 +127,52 @@ fn destroy(g: &Global, name: &str, yes: bool) -> Result<String, Failure> {
         .ok_or_else(|| g.fail(Error::NoShare(name.to_string())))?;
     let provider = session::provider();
     let vault = g.open_vault_at(Path::new(&share.vault), &session.password, &provider)?;
+    // What the certificate states: the objects under the share, before.
+    let mut under = (Vec::new(), 0);
+    if request.is_some() {
+        for (oid, record) in session.store.objects().map_err(|e| g.fail(e))? {
+            if session
+                .store
+                .share_of(oid)
+                .map_err(|e| g.fail(e))?
+                .as_deref()
+                == Some(name)
+            {
+                under.0.push(oid);
+                under.1 += record.size;
+            }
+        }
+    }
+    if let Some(tally) = &mut tally {
+        tally.before_commit(g, &session)?;
+    }
     session
         .store
         .share_destroy(name, &*vault)
         .map_err(|e| g.fail(e))?;
-    Ok(format!(
+    let mut out = format!(
         "destroyed share {name}: its key in {} is overwritten and the store committed; everything placed under it is unrecoverable, in every snapshot and every old copy of the store\n",
         session::shown(Path::new(&share.vault))
-    ))
+    );
+    if let (Some(request), Some(tally)) = (request, tally) {
+        let item = oubli::certificate::ErasedItem {
+            kind: oubli::certificate::ItemKind::Share,
+            name: request.name(name),
+            object_ids: under.0,
+            bytes: under.1,
+            from_snapshots: Vec::new(),
+        };
+        out += &crate::cert_cmd::finish(
+            request,
+            g,
+            &session,
+            tally,
+            "oubli share destroy",
+            vec![item],
+            Vec::new(),
+        )?;
+    }
+    Ok(out)
 }
 
 /// Asks the user to type the share's name; refuses without a terminal.

@@ -36,6 +36,8 @@ pub enum SnapshotCommand {
         purge: bool,
         /// A live `oubli mount`: the store mounted there (instead of --store)
         mountpoint: Option<PathBuf>,
+        #[command(flatten)]
+        cert: crate::cert_cmd::CertArgs,
     },
 }
 
@@ -51,7 +53,14 @@ pub fn run(g: &Global, command: SnapshotCommand) -> Result<String, Failure> {
             name,
             purge,
             mountpoint,
-        } => rm(&g.at_mount(mountpoint.as_deref())?, &name, purge),
+            cert,
+        } => {
+            let request = crate::cert_cmd::prepare(&cert, purge)?;
+            match request {
+                None => rm(&g.at_mount(mountpoint.as_deref())?, &name, purge),
+                Some(request) => rm_certified(&g.at_mount(mountpoint.as_deref())?, &name, request),
+            }
+        }
     }
 }
 
@@ -141,6 +150,53 @@ fn rm(g: &Global, name: &str, purge: bool) -> Result<String, Failure> {
             "removed snapshot {name}{by}; what only it held is erased at the next commit (run `oubli commit` to erase it now)\n"
         )
     })
+}
+
+/// `oubli snapshot rm --purge --certificate FILE`: the removal and the
+/// commit are two steps, so that the certificate measures what only the
+/// snapshot held in between.
+fn rm_certified(
+    g: &Global,
+    name: &str,
+    request: crate::cert_cmd::Request,
+) -> Result<String, Failure> {
+    use oubli::certificate::{ErasedItem, ItemKind};
+    if oubli::control::request(&g.store, "status").is_ok_and(|r| r.is_some()) {
+        return Err(Failure::usage(
+            "--certificate on a store a mount or server holds open: unmount it (`oubli umount --certificate FILE` certifies its final commit) or stop the server first",
+        ));
+    }
+    let (session, tally) = crate::cert_cmd::open(g, true)?;
+    let mut tally = tally.expect("a certificate was asked for");
+    let store = &session.store;
+    let bytes = store
+        .snapshot_usage()
+        .map_err(|e| g.fail(e))?
+        .into_iter()
+        .find(|u| u.name == name)
+        .map_or(0, |u| u.unique_bytes);
+    store.snapshot_remove(name).map_err(|e| g.fail(e))?;
+    tally.before_commit(g, &session)?;
+    store.commit().map_err(|e| g.fail(e))?;
+    let item = ErasedItem {
+        kind: ItemKind::Snapshot,
+        name: request.name(name),
+        object_ids: Vec::new(),
+        bytes,
+        from_snapshots: Vec::new(),
+    };
+    let written = crate::cert_cmd::finish(
+        request,
+        g,
+        &session,
+        tally,
+        "oubli snapshot rm --purge",
+        vec![item],
+        Vec::new(),
+    )?;
+    Ok(format!(
+        "removed snapshot {name} and committed: what only it held is now unrecoverable\n{written}"
+    ))
 }
 
 /// The control socket's reply to `redact`: what was erased.

@@ -1,0 +1,489 @@
+//! `--certificate FILE` on the commands that end an erasure, and `oubli certificate verify|show` (docs/CERTIFICATE.md).
+//!
+//! A command given `--certificate` measures what is pending erasure before
+//! its commit (the epoch, a commitment to the vault's record, the audit's
+//! count of units deleted but still open), commits, runs the audit again
+//! with the vault's new content, and writes the certificate signed with
+//! `--sign-key`. The file is created (exclusively) and the key read before
+//! anything is erased: a bad path or key fails the command with nothing
+//! lost.
+
+use crate::failure::Failure;
+use crate::session::{self, Access, Global, Session};
+use clap::Subcommand;
+use oubli::certificate::sign::{public_key_from_pem, SigningKey};
+use oubli::certificate::verify::{check_against_store, check_signature, StoreNow};
+use oubli::certificate::{
+    self as cert, Certificate, Coverage, EpochTotals, ErasedItem, ItemKind, MediumKind, NameForm,
+    Outcome, RetainedItem, SignedCertificate, StoreFacts, Tool, VaultAttestation, VaultRecords,
+    Verification,
+};
+use oubli::{exit, Error, Store};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The options every erasing command takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CertArgs {
+    /// Write a signed certificate of sanitization of what this erasure made unrecoverable to FILE (JSON, see docs/CERTIFICATE.md; FILE must not exist)
+    #[arg(long, value_name = "FILE", requires = "sign_key")]
+    pub certificate: Option<PathBuf>,
+    /// In the certificate, salted SHA-256 hashes instead of names (for names that are personal data)
+    #[arg(long, requires = "certificate")]
+    pub hash_names: bool,
+    /// The organisation's Ed25519 key that signs the certificate: PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it
+    #[arg(long, value_name = "FILE", requires = "certificate")]
+    pub sign_key: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CertificateCommand {
+    /// Check a certificate's signature and, with --store, that its erasure still holds (exit 10 if not)
+    Verify {
+        file: PathBuf,
+        /// The organisation's Ed25519 public key (SPKI PEM, `openssl pkey -pubout`) the certificate must be signed by
+        #[arg(long, value_name = "FILE")]
+        public_key: Option<PathBuf>,
+    },
+    /// Show a certificate as text, or as a printable HTML page
+    Show {
+        file: PathBuf,
+        /// A self-contained HTML page (print it, or save it as PDF from a browser)
+        #[arg(long)]
+        html: bool,
+    },
+}
+
+/// A certificate asked for: its file (created, empty), the key, the name form.
+pub struct Request {
+    path: PathBuf,
+    file: Option<File>,
+    key: SigningKey,
+    names: NameForm,
+}
+
+impl Drop for Request {
+    /// A command that fails before the certificate is written leaves no
+    /// empty file behind.
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Request {
+    /// A name as the certificate shows it: in clear, or salted and hashed.
+    pub fn name(&self, name: &str) -> String {
+        self.names.show(name).expect("the salt was made here")
+    }
+}
+
+/// Reads the key and creates the file, before anything is erased. `erases`
+/// is false for a command that would not erase (no `--purge`).
+pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure> {
+    let Some(path) = &args.certificate else {
+        return Ok(None);
+    };
+    if !erases {
+        return Err(Failure::usage(
+            "--certificate needs --purge: without it nothing is erased when the command returns, so there is nothing to certify",
+        ));
+    }
+    let key_path = args
+        .sign_key
+        .as_ref()
+        .ok_or_else(|| Failure::usage("--certificate needs --sign-key FILE"))?;
+    let pem = std::fs::read_to_string(key_path)
+        .map_err(|e| Failure::file(format!("cannot read {}", key_path.display()), e))?;
+    let key = SigningKey::from_pkcs8_pem(&pem)
+        .map_err(|e| Failure::usage(format!("{}: {e}", key_path.display())))?;
+    drop(zeroize::Zeroizing::new(pem));
+    let names = if args.hash_names {
+        NameForm::SaltedSha256 {
+            salt: hex::encode(cert::random_bytes::<16>()),
+        }
+    } else {
+        NameForm::Plain
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Names of erased data may be personal data: the owner decides
+        // who else reads the certificate.
+        options.mode(0o600);
+    }
+    let file = options.open(path).map_err(|e| {
+        Failure::new(
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                exit::EXISTS
+            } else {
+                exit::UNEXPECTED
+            },
+            format!("cannot create the certificate {}: {e}", path.display()),
+            "give --certificate a new file in a writable directory (nothing was erased)",
+        )
+    })?;
+    Ok(Some(Request {
+        path: path.clone(),
+        file: Some(file),
+        key,
+        names,
+    }))
+}
+
+/// What was pending erasure before the command's commit(s).
+pub struct Tally {
+    epoch_before: u64,
+    record_before: [u8; 32],
+    totals: EpochTotals,
+    /// The totals measured before the store was opened for writing: the
+    /// open commits an intent log the previous command left.
+    before_open: EpochTotals,
+}
+
+/// The store's epoch, its vault record's digest, and what is pending.
+fn measure(g: &Global, session: &Session) -> Result<(u64, [u8; 32], EpochTotals), Failure> {
+    let store = &session.store;
+    let status = store.status().map_err(|e| g.fail(e))?;
+    let audit = store.audit().map_err(|e| g.fail(e))?;
+    let record = session.vault.load().map_err(|e| g.fail(Error::Vault(e)))?;
+    Ok((
+        record.epoch,
+        cert::record_digest(&record),
+        EpochTotals {
+            deletions: status.pending_deletions,
+            sealed_bytes: status.pending_erasure_bytes,
+            units: audit.pending_units as u64,
+        },
+    ))
+}
+
+/// Opens the store for an erasing command. With a certificate asked for,
+/// it first looks at the store read-only under the same exclusive lock:
+/// opening for writing commits the intent log an earlier command left, and
+/// what that commit erases belongs in the certificate too.
+pub fn open(g: &Global, certify: bool) -> Result<(Session, Option<Tally>), Failure> {
+    if !certify {
+        return Ok((g.open(Access::Write)?, None));
+    }
+    g.require_store()?;
+    let lock = g.lock(Access::Write)?;
+    let password = g.password()?;
+    let look = g.open_with(Access::Read, None, password.clone())?;
+    let (epoch_before, record_before, before_open) = measure(g, &look)?;
+    drop(look);
+    let session = g.open_with(Access::Write, lock, password)?;
+    let tally = Tally {
+        epoch_before,
+        record_before,
+        totals: before_open.clone(),
+        before_open,
+    };
+    Ok((session, Some(tally)))
+}
+
+impl Tally {
+    /// Measures again right before the command's own commit. If opening
+    /// committed, what it erased was measured before the open and adds up;
+    /// otherwise this measure includes it.
+    pub fn before_commit(&mut self, g: &Global, session: &Session) -> Result<(), Failure> {
+        let (_, _, now) = measure(g, session)?;
+        self.totals = if session.committed_on_open() {
+            EpochTotals {
+                deletions: self.before_open.deletions + now.deletions,
+                sealed_bytes: self.before_open.sealed_bytes + now.sealed_bytes,
+                units: self.before_open.units + now.units,
+            }
+        } else {
+            now
+        };
+        Ok(())
+    }
+}
+
+/// The features of this build and its crypto provider, as `oubli --version` shows them.
+pub fn tool() -> Tool {
+    Tool {
+        name: "oubli".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        features: crate::features(),
+        crypto_provider: session::provider().name().to_string(),
+    }
+}
+
+fn medium(g: &Global) -> MediumKind {
+    if g.remote.is_some() {
+        MediumKind::S3
+    } else if g.nand.is_some() {
+        MediumKind::Nand
+    } else {
+        MediumKind::Directory
+    }
+}
+
+/// After the command's commit: audits, builds, signs and writes the
+/// certificate. Returns the line to print. A failed audit still writes the
+/// certificate (its outcome says `fail`), then fails with exit 10.
+pub fn finish(
+    mut request: Request,
+    g: &Global,
+    session: &Session,
+    tally: Tally,
+    command: &str,
+    items: Vec<ErasedItem>,
+    retained: Vec<RetainedItem>,
+) -> Result<String, Failure> {
+    let store = &session.store;
+    let audit = store.audit().map_err(|e| g.fail(e))?;
+    let status = store.status().map_err(|e| g.fail(e))?;
+    let record = session.vault.load().map_err(|e| g.fail(Error::Vault(e)))?;
+    let outcome = if audit.leaked_units == 0
+        && audit.vault_leftover_epochs.is_empty()
+        && record.epoch > tally.epoch_before
+    {
+        Outcome::Pass
+    } else {
+        Outcome::Fail
+    };
+    let certificate = Certificate {
+        format: cert::FORMAT.into(),
+        version: cert::VERSION,
+        id: cert::random_id(),
+        issued_at: cert::now_utc(),
+        command: command.into(),
+        erased: cert::Erased {
+            names: request.names.clone(),
+            items,
+            retained,
+            epoch_totals: tally.totals.clone(),
+        },
+        store: StoreFacts {
+            id: hex::encode(store.store_id()),
+            medium: medium(g),
+            location: g.store_shown().display().to_string(),
+            epoch_before: tally.epoch_before,
+            epoch_after: store.epoch(),
+        },
+        method: cert::method_for(&status.vault),
+        verification: Verification {
+            method: "oubli audit".into(),
+            coverage: Coverage::Full,
+            erased_units_before: tally.totals.units,
+            units_opened_after: audit.units_opened as u64,
+            leaked_units_after: audit.leaked_units as u64,
+            vault_leftover_epochs: audit.vault_leftover_epochs.clone(),
+            outcome,
+            limits: cert::audit_limits(),
+        },
+        tool: tool(),
+        vault_records: VaultRecords {
+            algorithm: "sha-256".into(),
+            before: hex::encode(tally.record_before),
+            after: hex::encode(cert::record_digest(&record)),
+        },
+        vault_attestation: None,
+    };
+    let signed = request.key.sign(certificate);
+    let mut file = request.file.take().expect("written once");
+    let written = file
+        .write_all(signed.to_json().as_bytes())
+        .and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        request.file = Some(file);
+        return Err(Failure::file(
+            format!(
+                "the erasure is done, but writing the certificate {} failed",
+                request.path.display()
+            ),
+            e,
+        ));
+    }
+    let c = &signed.certificate;
+    let category = match c.method.category {
+        cert::Category::Purge => "cryptographic erase, a Purge".to_string(),
+        cert::Category::Clear => format!(
+            "cryptographic erase, NOT a Purge (a {} vault may keep old copies of the key)",
+            c.method.vault_kind
+        ),
+    };
+    let shown = request.path.display().to_string();
+    if outcome == Outcome::Fail {
+        return Err(Failure::new(
+            exit::LEAKED,
+            format!(
+                "wrote the certificate {shown}, but its verification FAILED: {} deleted unit(s) still open, older vault key(s) of epoch(s) {:?}",
+                audit.leaked_units, audit.vault_leftover_epochs
+            ),
+            "run `oubli audit` for the details; the certificate records the failure",
+        ));
+    }
+    Ok(format!(
+        "wrote the certificate {shown}: {category}; audit passed\n"
+    ))
+}
+
+/// The objects whose data `store` holds in the live tree or any snapshot
+/// for `oids`: the sizes the certificate states (before they go).
+pub fn object_bytes(store: &Store, oids: &[u64]) -> u64 {
+    let mut total = 0;
+    for &oid in oids {
+        if let Ok(size) = store.size(oid) {
+            total += size;
+            continue;
+        }
+        // Only in a snapshot: the first that holds it tells its size.
+        for name in store.snapshots().into_iter().map(|s| s.name) {
+            if let Ok(size) = store.snapshot(&name).and_then(|view| view.size(oid)) {
+                total += size;
+                break;
+            }
+        }
+    }
+    total
+}
+
+/// `oubli certificate verify|show`.
+pub fn run(g: &Global, store_given: bool, command: CertificateCommand) -> Result<String, Failure> {
+    match command {
+        CertificateCommand::Verify { file, public_key } => {
+            verify(g, store_given, &file, public_key.as_deref())
+        }
+        CertificateCommand::Show { file, html } => {
+            let signed = read(&file)?;
+            Ok(if html {
+                cert::render::html(&signed)
+            } else {
+                cert::render::text(&signed)
+            })
+        }
+    }
+}
+
+fn not_verified(file: &Path, why: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        exit::LEAKED,
+        format!("certificate {} does not verify: {why}", file.display()),
+        "do not rely on it; see docs/CERTIFICATE.md for what each check means",
+    )
+}
+
+fn read(file: &Path) -> Result<SignedCertificate, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::file(format!("cannot read {}", file.display()), e))?;
+    SignedCertificate::from_json(&text).map_err(|e| not_verified(file, e))
+}
+
+/// The TPM's attestation, where there is one: checked by the TPM code,
+/// without the TPM (the attestation key's public part is in it).
+fn check_attestation(signed: &SignedCertificate) -> Result<Option<String>, String> {
+    match &signed.certificate.vault_attestation {
+        None => Ok(None),
+        Some(VaultAttestation::TpmNvCertify { .. }) => {
+            Err("it carries a TPM attestation, which this build of oubli cannot check".into())
+        }
+    }
+}
+
+fn verify(
+    g: &Global,
+    store_given: bool,
+    file: &Path,
+    public_key: Option<&Path>,
+) -> Result<String, Failure> {
+    let trusted = match public_key {
+        None => None,
+        Some(path) => {
+            let pem = std::fs::read_to_string(path)
+                .map_err(|e| Failure::file(format!("cannot read {}", path.display()), e))?;
+            Some(
+                public_key_from_pem(&pem)
+                    .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
+            )
+        }
+    };
+    let signed = read(file)?;
+    let signer = check_signature(&signed, trusted.as_ref()).map_err(|e| not_verified(file, e))?;
+    let attested = check_attestation(&signed).map_err(|e| not_verified(file, e))?;
+    let c = &signed.certificate;
+    let mut out = format!(
+        "certificate {}: signature valid, by key SHA-256 {signer}{}\n",
+        file.display(),
+        if trusted.is_some() {
+            " (the key given with --public-key)"
+        } else {
+            " (NOT checked against a key you trust: give --public-key)"
+        }
+    );
+    if let Some(attested) = attested {
+        out += &format!("{attested}\n");
+    }
+    if c.verification.outcome == Outcome::Fail {
+        return Err(not_verified(file, "it records that its own audit failed"));
+    }
+    if store_given {
+        let now = store_now(g, &signed)?;
+        let problems = check_against_store(&signed, &now);
+        if !problems.is_empty() {
+            crate::emit(&out)?;
+            return Err(not_verified(file, problems.join("; ")));
+        }
+        out += &format!(
+            "store {}: at epoch {}, past epoch {}; the vault's record is not epoch {}'s; nothing erased is back; the audit opens no deleted unit\n",
+            g.store_shown().display(),
+            now.store_epoch.unwrap_or(now.vault_epoch),
+            c.store.epoch_before,
+            c.store.epoch_before
+        );
+    }
+    Ok(out)
+}
+
+/// The store and its vault as they are now.
+fn store_now(g: &Global, signed: &SignedCertificate) -> Result<StoreNow, Failure> {
+    g.require_store()?;
+    let _lock = g.lock(Access::Read)?;
+    let provider = session::provider();
+    let password = g.password()?;
+    let vault = std::sync::Arc::new(g.open_vault_at(&g.vault, &password, &provider)?);
+    let record = vault.load().map_err(|e| g.fail(Error::Vault(e)))?;
+    let mut now = StoreNow {
+        store_id: hex::encode(record.store_id),
+        vault_epoch: record.epoch,
+        vault_record_digest: hex::encode(cert::record_digest(&record)),
+        ..StoreNow::default()
+    };
+    let store = match g.open_store(vault.clone(), Access::Read, &provider) {
+        Ok(store) => store,
+        // A vault older than the store: the rollback the check reports.
+        Err(Error::VaultBehind { .. } | Error::Rollback { .. }) => return Ok(now),
+        Err(e) => return Err(g.fail(e)),
+    };
+    store.set_share_opener(g.share_opener(&password, &provider));
+    now.store_id = hex::encode(store.store_id());
+    now.store_epoch = Some(store.epoch());
+    let c = &signed.certificate;
+    // Removed objects must be gone; a destroyed share's objects stay,
+    // unreadable without its key, and the audit below speaks for them.
+    let removed = c.erased.items.iter().filter(|i| i.kind != ItemKind::Share);
+    for item in removed {
+        for &oid in &item.object_ids {
+            if store.exists(oid).map_err(|e| g.fail(e))? {
+                now.objects_present.push(oid);
+            }
+        }
+    }
+    now.snapshots = store.snapshots().into_iter().map(|s| s.name).collect();
+    now.live_shares = store
+        .shares()
+        .into_iter()
+        .filter(|s| s.destroyed_at.is_none())
+        .map(|s| s.name)
+        .collect();
+    let audit = store.audit().map_err(|e| g.fail(e))?;
+    now.leaked_units = audit.leaked_units as u64;
+    now.vault_leftover_epochs = audit.vault_leftover_epochs;
+    Ok(now)
+}

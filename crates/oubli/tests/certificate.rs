@@ -1,0 +1,567 @@
+//! Certificates of sanitization through the `oubli` binary: one per erasing command, tampering, wrong keys, a rolled-back vault, file vault (not a Purge) and SoftHSM2 (a Purge).
+
+mod common;
+#[path = "../../oubli-vault/tests/common/mod.rs"]
+mod hw;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::PathBuf;
+use tempfile::TempDir;
+
+const PASSWORD: &str = "certify this";
+
+// Two organisation keys, as `openssl genpkey -algorithm ed25519` and
+// `openssl pkey -pubout` write them.
+const KEY_A: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIIxXZLsXuVsauk4cWHiSCFRdwEf2bbllfa0U7NqpEaAb\n-----END PRIVATE KEY-----\n";
+const PUB_A: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAPyR4EB7hFZCF63XK5ForF6ROtWHzfBIVILpEBGudXeY=\n-----END PUBLIC KEY-----\n";
+const KEY_B: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEILSz+/h/oEyWlG6S/e1cATYGVdQKLtKGi6mtu5fwamRp\n-----END PRIVATE KEY-----\n";
+const PUB_B: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEApi69czjmeSNhLgRCCFQ4KWVFd7T1/eAfjLSv4rEH8yo=\n-----END PUBLIC KEY-----\n";
+
+/// A store with its vault in a temporary directory, and the keys beside it.
+struct Env {
+    dir: TempDir,
+    vault: String,
+    envs: Vec<(String, String)>,
+}
+
+impl Env {
+    /// A store with a file vault.
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let vault = dir.path().join("vault").display().to_string();
+        Env::with_vault(dir, vault, Vec::new())
+    }
+
+    fn with_vault(dir: TempDir, vault: String, envs: Vec<(String, String)>) -> Env {
+        for (name, text) in [
+            ("a.pem", KEY_A),
+            ("a.pub", PUB_A),
+            ("b.pem", KEY_B),
+            ("b.pub", PUB_B),
+        ] {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let env = Env { dir, vault, envs };
+        env.ok(&["init", "--kdf-memory", "1", "--kdf-iterations", "1"]);
+        env
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn store(&self) -> PathBuf {
+        self.path("store")
+    }
+
+    /// `oubli` with nothing but this store's vault and password (and no
+    /// `--store`: `certificate verify` then checks the file alone).
+    fn bare(&self) -> Command {
+        let mut cmd = Command::cargo_bin("oubli").unwrap();
+        cmd.env_clear()
+            .env("HOME", self.dir.path())
+            .env("OUBLI_VAULT", &self.vault)
+            .env("OUBLI_PASSWORD", PASSWORD)
+            .current_dir(self.dir.path())
+            .timeout(common::LIMIT);
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = self.bare();
+        cmd.env("OUBLI_STORE", self.store());
+        cmd
+    }
+
+    /// Runs `oubli ARGS` and returns (exit code, stdout, stderr).
+    fn run(&self, cmd: &mut Command) -> (i32, String, String) {
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(self.cmd().args(args));
+        assert_eq!(code, 0, "oubli {args:?}: {err}");
+        out
+    }
+
+    fn put(&self, name: &str, data: &[u8]) {
+        self.cmd()
+            .args(["put", name, "-"])
+            .write_stdin(data.to_vec())
+            .assert()
+            .success();
+    }
+
+    /// `oubli ARGS --certificate FILE --sign-key a.pem`; the certificate.
+    fn certified(&self, args: &[&str], file: &str) -> Value {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--certificate", file, "--sign-key", "a.pem"]);
+        let out = self.ok(&all);
+        assert!(out.contains("wrote the certificate"), "{out}");
+        self.read(file)
+    }
+
+    fn read(&self, file: &str) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.path(file)).unwrap()).unwrap()
+    }
+
+    /// `oubli certificate verify FILE --public-key PUB`, with the store or
+    /// not: the exit code and what it printed.
+    fn verify(&self, file: &str, public: &str, with_store: bool) -> (i32, String) {
+        let mut cmd = if with_store { self.cmd() } else { self.bare() };
+        cmd.args(["certificate", "verify", file, "--public-key", public]);
+        let (code, out, err) = self.run(&mut cmd);
+        (code, out + &err)
+    }
+}
+
+/// The certificate's erased items as (kind, name, bytes).
+fn items(c: &Value) -> Vec<(String, String, u64)> {
+    c["certificate"]["erased"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().unwrap().to_string(),
+                i["name"].as_str().unwrap().to_string(),
+                i["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn retained(c: &Value) -> Vec<String> {
+    c["certificate"]["erased"]["retained"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Checks what every certificate states about the erasure itself.
+fn assert_erasure(c: &Value, category: &str) {
+    let c = &c["certificate"];
+    assert_eq!(c["method"]["category"], category, "{c:#}");
+    assert_eq!(c["verification"]["outcome"], "pass", "{c:#}");
+    assert_eq!(c["verification"]["leaked_units_after"], 0, "{c:#}");
+    assert!(
+        c["store"]["epoch_after"].as_u64() > c["store"]["epoch_before"].as_u64(),
+        "{c:#}"
+    );
+    assert_ne!(c["vault_records"]["before"], c["vault_records"]["after"]);
+    assert!(c["verification"]["erased_units_before"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn rm_purge_certifies_the_name_it_erased_and_nothing_kept() {
+    let env = Env::new();
+    env.put("kept-file", b"stays");
+    env.put("gone-file", &[7u8; 10_000]);
+    let c = env.certified(&["rm", "gone-file", "--purge"], "rm.json");
+    assert_eq!(items(&c), [("name".into(), "gone-file".into(), 10_000)]);
+    assert!(retained(&c).is_empty());
+    assert!(!c.to_string().contains("kept-file"), "{c:#}");
+    // A file vault: the certificate says plainly it is not a Purge.
+    assert_erasure(&c, "clear");
+    let statement = c["certificate"]["method"]["statement"].as_str().unwrap();
+    assert!(statement.contains("NOT a Purge"), "{statement}");
+    assert_eq!(env.verify("rm.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn rm_purge_of_a_name_a_snapshot_holds_lists_it_as_not_erased() {
+    let env = Env::new();
+    env.put("held", b"a snapshot keeps this");
+    env.ok(&["snapshot", "create", "before"]);
+    let c = env.certified(&["rm", "held", "--purge"], "rm.json");
+    assert!(items(&c).is_empty(), "{c:#}");
+    assert_eq!(retained(&c), ["held"]);
+    let kept = &c["certificate"]["erased"]["retained"][0]["kept_in"];
+    assert_eq!(kept, &serde_json::json!(["before"]));
+    let text = env.ok(&["certificate", "show", "rm.json"]);
+    assert!(text.contains("NOT erased name: held"), "{text}");
+}
+
+#[test]
+fn rm_purge_all_snapshots_certifies_the_name_and_the_snapshots() {
+    let env = Env::new();
+    env.put("other", b"not touched");
+    env.put("everywhere", &[1u8; 5000]);
+    env.ok(&["snapshot", "create", "s1"]);
+    let c = env.certified(
+        &["rm", "everywhere", "--purge", "--all-snapshots"],
+        "all.json",
+    );
+    assert_eq!(items(&c), [("name".into(), "everywhere".into(), 5000)]);
+    assert_eq!(
+        c["certificate"]["erased"]["items"][0]["from_snapshots"],
+        serde_json::json!(["s1"])
+    );
+    assert!(!c.to_string().contains("\"other\""), "{c:#}");
+    assert_erasure(&c, "clear");
+    assert_eq!(env.verify("all.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn hash_names_puts_salted_hashes_in_place_of_names() {
+    let env = Env::new();
+    env.put("patient-record-1234", b"personal");
+    env.ok(&["snapshot", "create", "s"]);
+    let c = env.certified(
+        &[
+            "rm",
+            "patient-record-1234",
+            "--purge",
+            "--all-snapshots",
+            "--hash-names",
+        ],
+        "hashed.json",
+    );
+    let text = std::fs::read_to_string(env.path("hashed.json")).unwrap();
+    assert!(!text.contains("patient-record"), "{text}");
+    let names = &c["certificate"]["erased"]["names"];
+    assert_eq!(names["form"], "salted_sha256");
+    let salt = hex_decode(names["salt"].as_str().unwrap());
+    let item = &c["certificate"]["erased"]["items"][0];
+    assert_eq!(item["name"], sha256_hex(&salt, "patient-record-1234"));
+    assert_eq!(item["from_snapshots"][0], sha256_hex(&salt, "s"));
+    assert_eq!(env.verify("hashed.json", "a.pub", true).0, 0);
+}
+
+fn hex_decode(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// SHA-256(salt ‖ name) by `sha256sum`, independent of oubli's code.
+fn sha256_hex(salt: &[u8], name: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = salt.to_vec();
+    input.extend_from_slice(name.as_bytes());
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+#[test]
+fn commit_certifies_every_deletion_since_the_last_commit() {
+    let env = Env::new();
+    env.put("x", &[3u8; 3000]);
+    env.put("y", b"kept");
+    env.ok(&["commit"]);
+    env.ok(&["rm", "x"]);
+    let c = env.certified(&["commit"], "commit.json");
+    // The store keeps no names of deleted data: the totals say what went.
+    assert!(items(&c).is_empty(), "{c:#}");
+    let totals = &c["certificate"]["erased"]["epoch_totals"];
+    assert!(totals["deletions"].as_u64().unwrap() >= 1, "{totals}");
+    assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
+    assert!(totals["sealed_bytes"].as_u64().unwrap() >= 3000, "{totals}");
+    assert_erasure(&c, "clear");
+    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn snapshot_rm_purge_certifies_the_snapshot() {
+    let env = Env::new();
+    env.put("old", &[9u8; 20_000]);
+    env.ok(&["snapshot", "create", "gone-snap"]);
+    env.ok(&["snapshot", "create", "kept-snap"]);
+    env.ok(&["rm", "old", "--purge"]);
+    let c = env.certified(&["snapshot", "rm", "gone-snap", "--purge"], "snap.json");
+    let listed = items(&c);
+    assert_eq!(listed.len(), 1, "{c:#}");
+    assert_eq!(
+        (listed[0].0.as_str(), listed[0].1.as_str()),
+        ("snapshot", "gone-snap")
+    );
+    assert!(!c.to_string().contains("kept-snap"), "{c:#}");
+    let c2 = env.certified(&["snapshot", "rm", "kept-snap", "--purge"], "snap2.json");
+    // The last snapshot holding the data: its units go now.
+    assert!(items(&c2)[0].2 >= 20_000, "{c2:#}");
+    assert_erasure(&c2, "clear");
+    assert_eq!(env.verify("snap2.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn share_destroy_certifies_the_share_and_what_was_under_it() {
+    let env = Env::new();
+    let share_vault = env.path("share-vault").display().to_string();
+    env.ok(&[
+        "share",
+        "create",
+        "customer-7",
+        "--share-vault",
+        &share_vault,
+    ]);
+    env.cmd()
+        .args(["put", "under", "-", "--share", "customer-7"])
+        .write_stdin(vec![5u8; 4096])
+        .assert()
+        .success();
+    env.put("elsewhere-file", b"not under the share");
+    let c = env.certified(&["share", "destroy", "customer-7", "--yes"], "share.json");
+    assert_eq!(items(&c), [("share".into(), "customer-7".into(), 4096)]);
+    assert_eq!(
+        c["certificate"]["erased"]["items"][0]["object_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(!c.to_string().contains("elsewhere-file"), "{c:#}");
+    assert_eq!(c["certificate"]["verification"]["outcome"], "pass");
+    assert_eq!(env.verify("share.json", "a.pub", true).0, 0);
+}
+
+/// Every leaf of `v` (scalars, empty arrays and objects) with its path.
+fn leaves(v: &Value, path: Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                let mut p = path.clone();
+                p.push(k.clone());
+                leaves(x, p, out);
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                let mut p = path.clone();
+                p.push(i.to_string());
+                leaves(x, p, out);
+            }
+        }
+        _ => out.push(path),
+    }
+}
+
+fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
+    path.iter().fold(v, |v, k| match v {
+        Value::Array(a) => &mut a[k.parse::<usize>().unwrap()],
+        _ => &mut v[k.as_str()],
+    })
+}
+
+/// The leaf changed to another value of the same kind (or another kind).
+fn altered(v: &Value) -> Value {
+    match v {
+        Value::String(s) if s.is_empty() => Value::String("x".into()),
+        // A different last character keeps hex hex and base64 base64.
+        Value::String(s) => {
+            let mut t = s.clone();
+            let last = t.pop().unwrap();
+            t.push(if last == 'A' { 'B' } else { 'A' });
+            Value::String(t)
+        }
+        Value::Number(n) => Value::from(n.as_u64().map_or(1, |n| n + 1)),
+        Value::Bool(b) => Value::Bool(!b),
+        Value::Null => Value::String("x".into()),
+        Value::Array(_) => serde_json::json!([1]),
+        Value::Object(_) => serde_json::json!({"x": 1}),
+    }
+}
+
+#[test]
+fn a_certificate_edited_in_any_field_fails_verification() {
+    let env = Env::new();
+    env.put("a", &[1u8; 1000]);
+    env.ok(&["snapshot", "create", "s"]);
+    env.certified(&["rm", "a", "--purge", "--all-snapshots"], "c.json");
+    assert_eq!(env.verify("c.json", "a.pub", false).0, 0);
+    let original = env.read("c.json");
+    let mut paths = Vec::new();
+    leaves(&original, Vec::new(), &mut paths);
+    assert!(paths.len() > 40, "{} leaves", paths.len());
+    for path in paths {
+        let mut edited = original.clone();
+        let leaf = at(&mut edited, &path);
+        *leaf = altered(leaf);
+        std::fs::write(
+            env.path("edited.json"),
+            serde_json::to_string_pretty(&edited).unwrap(),
+        )
+        .unwrap();
+        let (code, out) = env.verify("edited.json", "a.pub", false);
+        assert_eq!(code, 10, "editing {path:?} went unnoticed: {out}");
+    }
+    // An added member is refused too.
+    let mut added = original.clone();
+    added["certificate"]["store"]["note"] = Value::String("ok".into());
+    std::fs::write(env.path("added.json"), added.to_string()).unwrap();
+    assert_eq!(env.verify("added.json", "a.pub", false).0, 10);
+}
+
+#[test]
+fn a_signature_by_another_key_fails() {
+    let env = Env::new();
+    env.put("a", b"data");
+    env.certified(&["rm", "a", "--purge"], "c.json");
+    let (code, out) = env.verify("c.json", "b.pub", false);
+    assert_eq!(code, 10, "{out}");
+    assert!(out.contains("not by the key given"), "{out}");
+    // Signed by b, checked against a.
+    env.put("b", b"data");
+    let out = env.ok(&[
+        "rm",
+        "b",
+        "--purge",
+        "--certificate",
+        "by-b.json",
+        "--sign-key",
+        "b.pem",
+    ]);
+    assert!(out.contains("wrote the certificate"), "{out}");
+    assert_eq!(env.verify("by-b.json", "b.pub", false).0, 0);
+    assert_eq!(env.verify("by-b.json", "a.pub", false).0, 10);
+    // A forger who swaps in their own key and signature still needs ours.
+    let mut forged = env.read("c.json");
+    forged["signature"] = env.read("by-b.json")["signature"].clone();
+    std::fs::write(env.path("forged.json"), forged.to_string()).unwrap();
+    assert_eq!(env.verify("forged.json", "a.pub", false).0, 10);
+}
+
+#[test]
+fn a_certificate_replayed_against_a_rolled_back_file_vault_fails() {
+    let env = Env::new();
+    env.put("secret", b"to be erased");
+    env.ok(&["commit"]);
+    let old_vault = std::fs::read(&env.vault).unwrap();
+    env.certified(&["rm", "secret", "--purge"], "c.json");
+    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    // The old vault file copied back: epoch N's key is readable again.
+    std::fs::write(&env.vault, old_vault).unwrap();
+    let (code, out) = env.verify("c.json", "a.pub", true);
+    assert_eq!(code, 10, "{out}");
+    assert!(out.contains("rolled back"), "{out}");
+    // The file alone still verifies: only the store shows the rollback.
+    assert_eq!(env.verify("c.json", "a.pub", false).0, 0);
+}
+
+#[test]
+fn a_certificate_against_another_store_fails() {
+    let one = Env::new();
+    one.put("a", b"x");
+    one.certified(&["rm", "a", "--purge"], "c.json");
+    let two = Env::new();
+    std::fs::copy(one.path("c.json"), two.path("c.json")).unwrap();
+    let (code, out) = two.verify("c.json", "a.pub", true);
+    assert_eq!(code, 10, "{out}");
+    assert!(out.contains("store's id"), "{out}");
+}
+
+#[test]
+fn bad_certificate_options_fail_before_anything_is_erased() {
+    let env = Env::new();
+    env.put("a", b"must survive");
+    std::fs::write(env.path("taken.json"), b"").unwrap();
+    let cases: [(&[&str], i32); 4] = [
+        // The file exists: never overwritten.
+        (
+            &[
+                "--certificate",
+                "taken.json",
+                "--sign-key",
+                "a.pem",
+                "--purge",
+            ],
+            4,
+        ),
+        // Not a private key.
+        (
+            &["--certificate", "n1.json", "--sign-key", "a.pub", "--purge"],
+            2,
+        ),
+        // No key at all.
+        (&["--certificate", "n2.json", "--purge"], 2),
+        // Nothing is erased without --purge.
+        (&["--certificate", "n3.json", "--sign-key", "a.pem"], 2),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["rm", "a"];
+        args.extend_from_slice(extra);
+        let (code, _, err) = env.run(env.cmd().args(&args));
+        assert_eq!(code, want, "{args:?}: {err}");
+        assert_eq!(env.ok(&["get", "a"]), "must survive", "{args:?}");
+    }
+    for name in ["n1.json", "n2.json", "n3.json"] {
+        assert!(!env.path(name).exists(), "{name} left behind");
+    }
+    assert_eq!(std::fs::read(env.path("taken.json")).unwrap(), b"");
+}
+
+#[test]
+fn show_renders_text_and_a_self_contained_page_that_wraps_long_names() {
+    let env = Env::new();
+    let long = "a-very-long-name-without-any-space-".repeat(7);
+    env.put(&long, b"x");
+    env.put("<b>&", b"y");
+    env.certified(&["rm", &long, "--purge"], "c.json");
+    env.certified(&["rm", "<b>&", "--purge"], "d.json");
+    let text = env.ok(&["certificate", "show", "c.json"]);
+    assert!(
+        text.contains(&long) && text.contains("NOT a Purge"),
+        "{text}"
+    );
+    let html = env.ok(&["certificate", "show", "c.json", "--html"]);
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains(&long), "{html}");
+    assert!(html.contains("overflow-wrap:anywhere"), "{html}");
+    assert!(html.contains("@media print"), "{html}");
+    // Self-contained: nothing fetched.
+    for external in ["src=", "href=", "@import", "url("] {
+        assert!(!html.contains(external), "{external} in {html}");
+    }
+    let escaped = env.ok(&["certificate", "show", "d.json", "--html"]);
+    assert!(escaped.contains("&lt;b&gt;&amp;"), "{escaped}");
+    assert!(!escaped.contains("<b>&"), "{escaped}");
+}
+
+/// SoftHSM2 is a software token: its objects are files on the host, which
+/// may keep old copies, and the vault says so (`overwrite_is_erasure` is
+/// false for it, true for a hardware token). The certificate follows: a
+/// Purge only on hardware (covered by the model's unit test
+/// `only_a_vault_whose_overwrite_erases_makes_a_purge`).
+#[test]
+fn a_softhsm_vault_certificate_names_the_token_and_says_it_is_software() {
+    if hw::skip_hw() {
+        return;
+    }
+    let hsm = hw::SoftHsm::new();
+    hsm.init_token("cert", "1234");
+    let uri = format!(
+        "pkcs11:token=cert;object=oubli?module-path={}&pin-value=1234",
+        hw::SOFTHSM_MODULE
+    );
+    let envs = vec![("SOFTHSM2_CONF".into(), hsm.conf.display().to_string())];
+    let env = Env::with_vault(tempfile::tempdir().unwrap(), uri, envs);
+    env.put("on-token", &[2u8; 2048]);
+    let c = env.certified(&["rm", "on-token", "--purge"], "c.json");
+    assert_eq!(items(&c), [("name".into(), "on-token".into(), 2048)]);
+    assert_erasure(&c, "clear");
+    let m = &c["certificate"]["method"];
+    assert_eq!(m["vault_kind"], "pkcs11");
+    assert_eq!(m["vault_overwrite_erases"], false);
+    let statement = m["statement"].as_str().unwrap();
+    assert!(statement.contains("software token"), "{statement}");
+    // The PIN never reaches the certificate.
+    assert!(!c.to_string().contains("pin-value"), "{c:#}");
+    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+}

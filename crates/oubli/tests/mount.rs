@@ -299,51 +299,13 @@ fn snapshots_and_redact_on_a_live_mount() {
 /// Needs root (it links the helper into /sbin for the test's duration).
 #[test]
 fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
-    if !fuse_available() {
+    let Some(_helper) = MountHelper::install() else {
         return;
-    }
-    // SAFETY: FFI call without arguments that cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mount(8) helpers are installed in /sbin, which needs root");
-        return;
-    }
-    let helper = std::path::Path::new("/sbin/mount.fuse.oubli");
-    let ours = assert_cmd::cargo::cargo_bin("oubli");
-    match fs::read_link(helper) {
-        Ok(target) if target == ours => {}
-        Ok(_) => {
-            eprintln!(
-                "skipped: {} belongs to an installed oubli",
-                helper.display()
-            );
-            return;
-        }
-        Err(_) if helper.exists() => {
-            eprintln!("skipped: {} exists", helper.display());
-            return;
-        }
-        Err(_) => std::os::unix::fs::symlink(&ours, helper).unwrap(),
-    }
-    struct Unlink<'a>(&'a std::path::Path);
-    impl Drop for Unlink<'_> {
-        fn drop(&mut self) {
-            let _ = fs::remove_file(self.0);
-        }
-    }
-    let _unlink = Unlink(helper);
-
+    };
     let env = Env::new();
-    let password = env.dir.path().join("password");
-    fs::write(&password, "pw\n").unwrap();
-    fs::set_permissions(
-        &password,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
     let options = format!(
-        "defaults,vault={},password-file={},_netdev,noatime,x-systemd.automount",
-        env.dir.path().join("vault").display(),
-        password.display()
+        "defaults,{},_netdev,noatime,x-systemd.automount",
+        env.fstab_secrets()
     );
     // As at boot: no OUBLI_* variables, only what the fstab line says.
     let out = std::process::Command::new("mount")
@@ -408,6 +370,205 @@ fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
         .assert()
         .success()
         .stdout(predicate::str::contains("\"pending_deletions\": 0"));
+}
+
+/// `/sbin/mount.fuse.oubli` linked to the `oubli` under test for a test's
+/// duration (unlinked on drop): what mount(8) runs for `-t fuse.oubli`.
+/// One test at a time holds it (the tests of a file run in parallel).
+struct MountHelper {
+    path: &'static std::path::Path,
+    _held: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Taken by whichever test has the helper installed.
+static MOUNT_HELPER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl MountHelper {
+    /// `None` (the test skips, saying why) without FUSE, without root, or
+    /// when an installed oubli owns the helper's name.
+    fn install() -> Option<MountHelper> {
+        if !fuse_available() {
+            return None;
+        }
+        // SAFETY: FFI call without arguments that cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mount(8) helpers are installed in /sbin, which needs root");
+            return None;
+        }
+        let held = MOUNT_HELPER.lock().unwrap_or_else(|p| p.into_inner());
+        let helper = std::path::Path::new("/sbin/mount.fuse.oubli");
+        let ours = assert_cmd::cargo::cargo_bin("oubli");
+        match fs::read_link(helper) {
+            Ok(target) if target == ours => {}
+            Ok(_) => {
+                eprintln!(
+                    "skipped: {} belongs to an installed oubli",
+                    helper.display()
+                );
+                return None;
+            }
+            Err(_) if helper.exists() => {
+                eprintln!("skipped: {} exists", helper.display());
+                return None;
+            }
+            Err(_) => std::os::unix::fs::symlink(&ours, helper).unwrap(),
+        }
+        Some(MountHelper {
+            path: helper,
+            _held: held,
+        })
+    }
+}
+
+impl Drop for MountHelper {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(self.path);
+    }
+}
+
+impl Env {
+    /// The fstab options that open this store without the environment:
+    /// `vault=…,password-file=…` (the password written to a 0600 file).
+    fn fstab_secrets(&self) -> String {
+        let password = self.dir.path().join("password");
+        fs::write(&password, "pw\n").unwrap();
+        fs::set_permissions(
+            &password,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        format!("vault={},password-file={}", self.vault, password.display())
+    }
+}
+
+/// A root mount by mount(8) from an fstab line is treated as a local file
+/// system's (issue 43 part 4; xfstests generic/184, 306, 434, 633): device
+/// nodes and set-user-ID programs work unless the line says `nodev` /
+/// `nosuid`, which then still hold. mount(8) never passes `dev` or `suid`
+/// on (they are its defaults), so the helper cannot wait for them.
+#[test]
+fn fstab_mount_by_root_allows_devices_and_setuid_unless_nodev_nosuid() {
+    let Some(_helper) = MountHelper::install() else {
+        return;
+    };
+    let env = Env::new();
+    // The set-user-ID program runs as nobody, who must reach it.
+    fs::set_permissions(
+        env.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let fstab = env.dir.path().join("fstab");
+    for (extra, honoured) in [("", true), (",nodev,nosuid", false)] {
+        fs::write(
+            &fstab,
+            format!(
+                "{} {} fuse.oubli {},allow_other{extra} 0 0\n",
+                env.store.display(),
+                env.mnt.display(),
+                env.fstab_secrets()
+            ),
+        )
+        .unwrap();
+        // As at boot: no OUBLI_* variables, only what the fstab line says.
+        let out = std::process::Command::new("mount")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("-T")
+            .arg(&fstab)
+            .arg(&env.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount -T fstab: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A device node (/dev/null's numbers) opens and takes writes.
+        let null = env.mnt.join(format!("null{extra}"));
+        let made = std::process::Command::new("mknod")
+            .arg(&null)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let opened = fs::OpenOptions::new().write(true).open(&null);
+        match (&opened, honoured) {
+            (Ok(_), true) => {}
+            (Err(e), false) => assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}"),
+            _ => panic!("line with {extra:?}: opening a device node gave {opened:?}"),
+        }
+        if let Ok(mut f) = opened {
+            std::io::Write::write_all(&mut f, b"into /dev/null").unwrap();
+        }
+        // A set-user-ID root copy of id(1), run by nobody, runs as root.
+        let id = env.mnt.join(format!("id{extra}"));
+        fs::copy("/usr/bin/id", &id).unwrap();
+        fs::set_permissions(&id, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&id)
+            .arg("-u")
+            .output()
+            .unwrap();
+        let euid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let want = if honoured { "0" } else { "65534" };
+        assert_eq!(
+            euid,
+            want,
+            "line with {extra:?}: the set-user-ID program ran as {euid} ({})",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        plain_umount(&env.mnt);
+        wait_until_released(&env);
+    }
+}
+
+/// Waits (bounded) until the mount process of `env`'s store has committed
+/// and let go of the store after a plain umount(8).
+fn wait_until_released(env: &Env) {
+    let start = std::time::Instant::now();
+    while !env.cmd().arg("ls").output().unwrap().status.success() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the mount process still holds the store"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A second mount of a store mounted under its own `fsname` (xfstests
+/// generic/732): the mount table does not name the store then, yet the
+/// second mount is refused at once, naming where the store is mounted,
+/// instead of waiting as it does for a previous holder still committing.
+#[test]
+fn second_mount_of_a_store_under_its_own_fsname_is_refused_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    env.cmd()
+        .arg("mount")
+        .arg(&env.mnt)
+        .args(["-o", "fsname=my-secrets"])
+        .assert()
+        .success();
+    let other = env.dir.path().join("other");
+    fs::create_dir(&other).unwrap();
+    // Generous for "at once", and short of the 30 s wait for a previous holder.
+    env.cmd()
+        .arg("mount")
+        .arg(&other)
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(11)
+        .stderr(predicate::str::contains(format!(
+            "already mounted at {}",
+            env.mnt.display()
+        )));
+    fs::write(env.mnt.join("still"), b"served").unwrap();
+    env.cmd().arg("umount").arg(&env.mnt).assert().success();
 }
 
 /// `status --watch` refreshes (non-terminal: blocks appended) with the write

@@ -16,6 +16,13 @@
 //! `_netdev`, `noauto`, `nofail`, `x-systemd.*`, `comment=`, ...). The
 //! command detaches once the file system is up, as mount(8) expects; `umount
 //! TARGET` unmounts, and the mount process commits before it exits.
+//!
+//! Run by root, the helper mounts as mount(8) mounts a local file system:
+//! `dev` and `suid` unless the line says `nodev` / `nosuid`. mount(8) never
+//! passes `dev` or `suid` to a helper (they are its defaults; only their
+//! negations and `user`'s implied `nosuid,nodev` arrive, and `x-*` options
+//! stay with mount(8) too), so without this an fstab line could not enable
+//! them at all (docs/FUSE.md, "fstab").
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -37,6 +44,13 @@ fn is_helper_name(arg0: Option<OsString>) -> bool {
 
 /// The arguments `oubli` parses: unchanged, unless called as mount's helper.
 pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    // SAFETY: FFI call without arguments that cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    helper_args(args, root)
+}
+
+/// [`as_mount_helper`] for a caller who is root or not.
+fn helper_args(args: Vec<OsString>, root: bool) -> Result<Vec<OsString>, String> {
     if !is_helper_name(args.first().cloned()) {
         return Ok(args);
     }
@@ -69,7 +83,12 @@ pub fn as_mount_helper(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         .map_err(|_| "usage: mount.fuse.oubli STORE MOUNTPOINT [-o OPTIONS]".to_string())?;
     let mut store = source;
     let mut out: Vec<OsString> = vec!["oubli".into()];
-    let mut passed = Vec::new();
+    // First, so that a `nodev` / `nosuid` from the line wins (the last one does).
+    let mut passed: Vec<String> = if root {
+        vec!["dev".into(), "suid".into()]
+    } else {
+        Vec::new()
+    };
     for opt in options.iter().flat_map(|l| l.split(',')) {
         match opt.split_once('=') {
             Some(("store", v)) => store = v.into(),
@@ -167,14 +186,17 @@ mod tests {
 
     #[test]
     fn fstab_arguments_become_oubli_mount() {
-        let got = as_mount_helper(args(&[
-            "/sbin/mount.fuse.oubli",
-            "/srv/store",
-            "/mnt/secret",
-            "-n",
-            "-o",
-            "rw,defaults,vault=/etc/oubli/vault,password-file=/etc/oubli/pw,_netdev,noatime",
-        ]))
+        let got = helper_args(
+            args(&[
+                "/sbin/mount.fuse.oubli",
+                "/srv/store",
+                "/mnt/secret",
+                "-n",
+                "-o",
+                "rw,defaults,vault=/etc/oubli/vault,password-file=/etc/oubli/pw,_netdev,noatime",
+            ]),
+            false,
+        )
         .unwrap();
         assert_eq!(
             got,
@@ -193,13 +215,16 @@ mod tests {
             ])
         );
         // store= names the store; SOURCE is then free text.
-        let got = as_mount_helper(args(&[
-            "mount.fuse.oubli",
-            "secrets",
-            "/mnt/s",
-            "-o",
-            "store=/srv/s,fsname=secrets",
-        ]))
+        let got = helper_args(
+            args(&[
+                "mount.fuse.oubli",
+                "secrets",
+                "/mnt/s",
+                "-o",
+                "store=/srv/s,fsname=secrets",
+            ]),
+            false,
+        )
         .unwrap();
         assert_eq!(
             got,
@@ -213,6 +238,17 @@ mod tests {
                 "fsname=secrets"
             ])
         );
+        // Run by root, as a local file system: dev and suid unless the line
+        // says otherwise (mount(8) passes nodev / nosuid, never dev / suid).
+        let by_root = |o: &str| {
+            let got = helper_args(args(&["mount.fuse.oubli", "/s", "/m", "-o", o]), true);
+            got.unwrap().last().unwrap().to_str().unwrap().to_string()
+        };
+        assert_eq!(by_root("rw"), "dev,suid,rw");
+        assert_eq!(by_root("rw,nodev,nosuid"), "dev,suid,rw,nodev,nosuid");
+        let mut o = oubli_fuse::MountOptions::default();
+        o.parse(&by_root("rw,nosuid")).unwrap();
+        assert!(o.dev && !o.suid);
         // Called as itself, nothing changes.
         let plain = args(&["oubli", "status"]);
         assert_eq!(as_mount_helper(plain.clone()).unwrap(), plain);

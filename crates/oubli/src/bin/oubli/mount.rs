@@ -168,6 +168,8 @@ struct MountFrontend {
     asked: Mutex<Option<Instant>>,
     /// The failure was handed to `oubli umount`.
     collected: AtomicBool,
+    /// The mount point while the file system is mounted (`mounted-at`).
+    mounted_at: Mutex<Option<PathBuf>>,
 }
 
 /// A failed unmount as `oubli umount` receives it (`unmount-outcome`), to
@@ -239,6 +241,14 @@ impl oubli::control::Frontend for MountFrontend {
     fn answer(&self, line: &str) -> Option<Result<String, Refusal>> {
         if line == "unmount-outcome" {
             return Some(Ok(self.outcome()));
+        }
+        if line == MOUNTED_AT {
+            // Where another mount of this store learns it is mounted: the
+            // mount table names the store only under the default fsname.
+            return Some(match &*lock(&self.mounted_at) {
+                Some(at) => Ok(at.display().to_string()),
+                None => Err(Refusal::new(exit::BUSY, "not mounted")),
+            });
         }
         let rest = line.strip_prefix("redact ")?;
         let (mode, path) = rest.split_once(' ')?;
@@ -396,6 +406,7 @@ fn serve(
     })?;
     let handle = session.handle();
     let _ = frontend.handle.set(handle.clone());
+    *lock(&frontend.mounted_at) = Some(mountpoint.clone());
     let message = format!(
         "mounted store {} on {} at epoch {}; `oubli umount {}` commits and unmounts\n",
         g.store.display(),
@@ -436,6 +447,7 @@ fn serve(
             }
         }
     }
+    *lock(&frontend.mounted_at) = None;
     let done = if by_signal {
         session.unmount()
     } else {
@@ -499,16 +511,17 @@ const PREVIOUS_HOLDER_WAIT: Duration = Duration::from_secs(30);
 
 /// The store's lock for a mount. Right after a plain `umount` (or
 /// `fusermount3 -u`) the previous mount process may still be committing
-/// and holding the store: when no mount of this store is in the mount
-/// table, wait for it (bounded, saying so) instead of failing at once. A
-/// store mounted elsewhere fails at once, naming where.
+/// and holding the store: when the store is not mounted, wait for it
+/// (bounded, saying so) instead of failing at once. A store mounted
+/// elsewhere fails at once, naming where (the mount table says so under
+/// the default fsname, the mount process under any other).
 fn lock_after_previous_holder(g: &Global) -> Result<Option<std::fs::File>, Failure> {
     let start = Instant::now();
     let mut said = false;
     loop {
         match g.lock(Access::Write) {
             Err(f) if f.code == exit::BUSY => {
-                if let Some(at) = mount_of_store(g.store_shown()) {
+                if let Some(at) = mount_of_store(g.store_shown()).or_else(|| mounted_at(g)) {
                     return Err(Failure::new(
                         exit::BUSY,
                         format!(
@@ -546,6 +559,25 @@ fn mount_of_store(store: &Path) -> Option<PathBuf> {
         .find(|m| m.source == want)
         .map(|m| PathBuf::from(m.at));
     found
+}
+
+/// The control request a mount process answers with its mount point.
+const MOUNTED_AT: &str = "mounted-at";
+
+/// Where the process holding the store has it mounted, if it is a mount
+/// (any fsname) and the kernel still has a FUSE file system there: a mount
+/// process that was just unmounted is committing, not mounted.
+fn mounted_at(g: &Global) -> Option<PathBuf> {
+    let at = match oubli::control::request(&g.store, MOUNTED_AT) {
+        Ok(Some(Ok(at))) => PathBuf::from(at),
+        _ => return None,
+    };
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mounted = mounts(&table)
+        .rev()
+        .find(|m| Path::new(&m.at) == at)
+        .is_some_and(|m| m.fstype.starts_with("fuse"));
+    mounted.then_some(at)
 }
 
 /// One line of /proc/self/mountinfo: where, what type, from what source.

@@ -697,3 +697,61 @@ fn a_share_creation_that_answers_no_space_changed_nothing() {
         |s| s.shares().iter().any(|i| i.name == "t"),
     );
 }
+
+/// `StorageFull` at every I/O point of a write whose head merges into a
+/// partly overwritten cell and whose whole cells after it were sealed
+/// before the lock: the write either succeeds or answers `NoSpace` having
+/// changed nothing, and a truncate after it, a flush and a reopen show the
+/// same bytes.
+#[test]
+fn a_write_that_answers_no_space_changed_nothing() {
+    let setup = || {
+        let medium = Arc::new(FaultMedium::new(Arc::new(MemMedium::new())));
+        let small_cells = CreateOptions {
+            cell_size: oubli_core::SMALL_CELL_SIZE,
+            ..CreateOptions::default()
+        };
+        let (store, vault) = create_with(medium.clone(), small_cells);
+        let oid = store.create_object(b"").unwrap();
+        let old = noise(200 << 10, 1);
+        store.write(oid, 0, &old).unwrap();
+        store.commit().unwrap();
+        (store, medium, vault, oid, old)
+    };
+    let new = noise(18909, 3);
+    let points = {
+        let (store, medium, _, oid, _) = setup();
+        let start = medium.points();
+        store.write(oid, 1742, &new).unwrap();
+        medium.points() - start
+    };
+    let mut refused = 0;
+    for k in 0..points.max(1) {
+        let (store, medium, vault, oid, mut expected) = setup();
+        medium.arm_no_space(medium.points() + k);
+        let when = format!("no space at point {k} of {points}");
+        match store.write(oid, 1742, &new) {
+            Ok(()) => expected[1742..1742 + new.len()].copy_from_slice(&new),
+            Err(Error::NoSpace(_)) => refused += 1,
+            Err(e) => panic!("{when}: {e}"),
+        }
+        let read = |s: &Store, expected: &[u8], what: &str| {
+            let got = s.read(oid, 0, expected.len() + 1).unwrap();
+            assert_eq!(got.len(), expected.len(), "{when}, {what}");
+            let at = got.iter().zip(expected).position(|(a, b)| a != b);
+            assert!(
+                at.is_none(),
+                "{when}, {what}: first difference at byte {at:?}"
+            );
+        };
+        read(&store, &expected, "after the write");
+        store.truncate(oid, 59665).unwrap();
+        expected.truncate(59665);
+        read(&store, &expected, "after a truncate");
+        store.flush().unwrap();
+        drop(store);
+        let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+        read(&store, &expected, "reopened");
+    }
+    assert!(refused >= 1, "only {refused} of {points} points refused");
+}

@@ -513,30 +513,37 @@ impl Engine {
         // is sealed without the lock), is not used: its cells go the slow
         // way, sealed here under what the object is now.
         let share = self.share_id_in(&self.tree, oid)?;
-        let mut sealed = sealed.filter(|run| u64::from(run.cell_size) == cs && run.share == share);
-        let mut pos = offset;
+        let sealed = sealed.filter(|run| u64::from(run.cell_size) == cs && run.share == share);
         // Whether the write replaced bytes of sealed units: an overwrite is a
         // deletion (the old bytes are erased at the next commit), an append
         // that only extends a cell is not.
         let freed_before = self.stats.units_freed;
+        // The run of whole cells, sealed before the lock was taken, goes
+        // first: its appends are what may find no room (`NoSpace`, nothing
+        // appended), and then nothing of the write may have changed yet —
+        // not even the partial cell before it, merged into the buffer.
+        let run_cells = match sealed {
+            Some(run) => {
+                let cells = run.first_cell..run.first_cell + run.key_refs.len() as u64;
+                self.put_run(oid, run, record.size)?;
+                cells
+            }
+            None => 0..0,
+        };
+        let mut pos = offset;
         let mut overwrote = false;
         while pos < end {
             let cell = pos / cs;
+            if run_cells.contains(&cell) {
+                pos = run_cells.end * cs;
+                continue;
+            }
             let from = (pos % cs) as u32;
             let n = (cs - from as u64).min(end - pos) as u32;
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
-            if from == 0 && n as u64 == cs {
-                // The run of whole cells, sealed before the lock was taken.
-                if let Some(run) = sealed.take_if(|r| r.first_cell == cell) {
-                    pos += run.key_refs.len() as u64 * cs;
-                    self.put_run(oid, run, record.size)?;
-                    continue;
-                }
-            }
             overwrote |= self.merge_into_cell(oid, cell, cs as u32, from, chunk, prefetched)?;
             pos += n as u64;
         }
-        drop(sealed);
         if overwrote || self.stats.units_freed > freed_before {
             self.stats.overwrites += 1;
         }
@@ -548,7 +555,12 @@ impl Engine {
         }
         self.stats.bytes_written += data.len() as u64;
         if self.dirty_bytes + self.dirty.len() * DIRTY_CELL_OVERHEAD > WRITE_BUFFER_MAX {
-            self.write_out_all()?;
+            match self.write_out_all() {
+                // The write is in (buffered, accepted): what found no room
+                // stays buffered for the next flush, as in `merge_into_cell`.
+                Err(Error::NoSpace(_)) => {}
+                other => other?,
+            }
         }
         Ok(())
     }

@@ -222,6 +222,13 @@ impl Store {
         Ok(report)
     }
 
+    /// The record the vault holds now (read, not changed): certificates of
+    /// sanitization commit to its digest before and after a commit.
+    pub fn vault_record(&self) -> Result<VaultRecord> {
+        let vault = self.lock().vault.clone();
+        Ok(vault.load()?)
+    }
+
     /// Key-tree metadata accounting (for the overhead benchmark).
     pub fn overhead(&self) -> Result<Overhead> {
         let e = self.lock();

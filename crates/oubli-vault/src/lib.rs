@@ -39,7 +39,7 @@ pub use memory::MemoryVault;
 #[cfg(not(feature = "tpm"))]
 pub use no_tpm::{TpmLocation, TpmOptions, TpmVault};
 pub use oubli_core::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};
-pub use pkcs11::{Pkcs11Options, Pkcs11Vault};
+pub use pkcs11::{Pkcs11Options, Pkcs11Vault, TokenSigner};
 pub use pkcs11_uri::Pkcs11Uri;
 pub use slow::SlowVault;
 #[cfg(feature = "tpm")]

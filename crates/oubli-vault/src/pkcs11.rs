@@ -667,3 +667,231 @@ fn map_ck(e: CkError, what: &str) -> VaultError {
         _ => VaultError::Corrupt(msg),
     }
 }
+
+// ---- Signing with a key that never leaves the token (certificates) ----
+
+/// Label of the signing key when the URI names none (`object=`).
+pub const DEFAULT_SIGNING_KEY_LABEL: &str = "oubli-certificate-key";
+
+/// `CKA_EC_PARAMS` of an Ed25519 key: the DER OID 1.3.101.112 (RFC 8410),
+/// the form PKCS#11 3.0 and SoftHSM2 accept.
+const ED25519_OID_DER: &[u8] = &[0x06, 0x03, 0x2b, 0x65, 0x70];
+
+/// An Ed25519 private key on a PKCS#11 token that signs certificates of
+/// sanitization (`--sign-key pkcs11:...`): the key is generated inside the
+/// token, not extractable, and used after login with the user PIN.
+///
+/// The URI names the token as for a vault, and the key pair by its label
+/// (`object=`, default [`DEFAULT_SIGNING_KEY_LABEL`]). The PIN is the URI's
+/// `pin-value`, else `$OUBLI_PIN`, else the `pin` given to [`open`](Self::open).
+pub struct TokenSigner {
+    target: Target,
+    worker: Worker<TokenConn>,
+}
+
+impl std::fmt::Debug for TokenSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSigner")
+            .field("uri", &self.target.place())
+            .field("label", &self.target.label)
+            .field("pin", &"<redacted>")
+            .finish()
+    }
+}
+
+impl TokenSigner {
+    /// A handle on the signing key the URI names; nothing is checked until
+    /// the first call (use [`public_key`](Self::public_key) to check).
+    pub fn open(
+        uri: &Pkcs11Uri,
+        pin: &SecretBytes,
+        options: Pkcs11Options,
+    ) -> Result<TokenSigner, VaultError> {
+        let module = module_path(uri)?;
+        let target = Target {
+            uri: Arc::new(uri.clone()),
+            lock: module_lock(&module),
+            module,
+            label: uri
+                .object
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SIGNING_KEY_LABEL.to_string()),
+            pin: Arc::new(resolve_pin(uri, pin)),
+        };
+        let t = target.clone();
+        let worker = Worker::new(
+            format!("pkcs11 signer {}", uri.token.as_deref().unwrap_or("token")),
+            options.timeout,
+            true,
+            Arc::new(move || t.connect()),
+        );
+        Ok(TokenSigner { target, worker })
+    }
+
+    /// Generates the Ed25519 key pair inside the token (private key
+    /// sensitive, not extractable, sign only); returns its public key.
+    /// Fails with `AlreadyExists` if a key with the label is there.
+    pub fn generate(&self) -> Result<[u8; 32], VaultError> {
+        let target = self.target.clone();
+        self.run(move |session| {
+            if !session
+                .find_objects(&target.key_template(ObjectClass::PRIVATE_KEY))
+                .map_err(|e| map_ck(e, "find keys"))?
+                .is_empty()
+            {
+                return Err(VaultError::Io(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} already holds a signing key labelled {:?}",
+                        target.place(),
+                        target.label
+                    ),
+                )));
+            }
+            let label = Attribute::Label(target.label.as_bytes().to_vec());
+            let public = [
+                Attribute::Token(true),
+                Attribute::Verify(true),
+                Attribute::EcParams(ED25519_OID_DER.to_vec()),
+                label.clone(),
+            ];
+            let private = [
+                Attribute::Token(true),
+                Attribute::Private(true),
+                Attribute::Sensitive(true),
+                Attribute::Extractable(false),
+                Attribute::Sign(true),
+                label,
+            ];
+            session
+                .generate_key_pair(
+                    &cryptoki::mechanism::Mechanism::EccEdwardsKeyPairGen,
+                    &public,
+                    &private,
+                )
+                .map_err(|e| map_ck(e, "generate an Ed25519 key pair"))?;
+            target.public_key(session)
+        })
+    }
+
+    /// The public key of the pair (from the token's public-key object).
+    pub fn public_key(&self) -> Result<[u8; 32], VaultError> {
+        let target = self.target.clone();
+        self.run(move |session| target.public_key(session))
+    }
+
+    /// Signs `message` with the token's private key (CKM_EDDSA, pure
+    /// Ed25519), and checks the signature against the public key before
+    /// returning it, so a mismatched key pair is an error, not a bad
+    /// certificate. Returns the public key and the signature.
+    pub fn sign(&self, message: &[u8]) -> Result<([u8; 32], [u8; 64]), VaultError> {
+        let target = self.target.clone();
+        let message = message.to_vec();
+        self.run(move |session| {
+            let public = target.public_key(session)?;
+            let key = target.one(session, ObjectClass::PRIVATE_KEY)?;
+            let mechanism = cryptoki::mechanism::Mechanism::Eddsa(
+                cryptoki::mechanism::eddsa::EddsaParams::new(
+                    cryptoki::mechanism::eddsa::EddsaSignatureScheme::Pure,
+                ),
+            );
+            let signature = session
+                .sign(&mechanism, key, &message)
+                .map_err(|e| map_ck(e, "sign with the token's key"))?;
+            let signature: [u8; 64] = signature.try_into().map_err(|s: Vec<u8>| {
+                VaultError::Corrupt(format!(
+                    "PKCS#11: the token's Ed25519 signature is {} bytes, not 64",
+                    s.len()
+                ))
+            })?;
+            ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public)
+                .verify(&message, &signature)
+                .map_err(|_| {
+                    VaultError::Corrupt(format!(
+                        "PKCS#11: the signature of the key labelled {:?} does not verify with the public key of that label",
+                        target.label
+                    ))
+                })?;
+            Ok((public, signature))
+        })
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&Session) -> Result<T, VaultError> + Send + 'static,
+    ) -> Result<T, VaultError> {
+        let target = self.target.clone();
+        self.worker.run(move |conn| {
+            let _module = target.exclusive();
+            let result = conn.get().and_then(|c| job(&c.session));
+            reset_on_unavailable(conn, result)
+        })
+    }
+}
+
+impl Target {
+    fn key_template(&self, class: ObjectClass) -> Vec<Attribute> {
+        vec![
+            Attribute::Class(class),
+            Attribute::KeyType(cryptoki::object::KeyType::EC_EDWARDS),
+            Attribute::Label(self.label.as_bytes().to_vec()),
+        ]
+    }
+
+    /// The one key of `class` with the label; `Missing` if none, an error
+    /// if several (the URI must name one key).
+    fn one(&self, session: &Session, class: ObjectClass) -> Result<ObjectHandle, VaultError> {
+        let found = session
+            .find_objects(&self.key_template(class))
+            .map_err(|e| map_ck(e, "find keys"))?;
+        match found[..] {
+            [one] => Ok(one),
+            [] => Err(VaultError::Missing(format!(
+                "{}: no Ed25519 {} labelled {:?}",
+                self.place(),
+                if class == ObjectClass::PRIVATE_KEY {
+                    "private key"
+                } else {
+                    "public key"
+                },
+                self.label
+            ))),
+            _ => Err(VaultError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: {} Ed25519 keys labelled {:?}; give each key its own label",
+                    self.place(),
+                    found.len(),
+                    self.label
+                ),
+            ))),
+        }
+    }
+
+    /// The 32-byte Ed25519 public key: `CKA_EC_POINT`, which tokens store
+    /// as a DER OCTET STRING (`04 20 ...`) or, some, as the raw 32 bytes.
+    fn public_key(&self, session: &Session) -> Result<[u8; 32], VaultError> {
+        let key = self.one(session, ObjectClass::PUBLIC_KEY)?;
+        let point = session
+            .get_attributes(key, &[AttributeType::EcPoint])
+            .map_err(|e| map_ck(e, "read the public key"))?
+            .into_iter()
+            .find_map(|a| match a {
+                Attribute::EcPoint(p) => Some(p),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let raw = match point.as_slice() {
+            [0x04, 0x20, rest @ ..] if rest.len() == 32 => rest,
+            raw if raw.len() == 32 => raw,
+            _ => {
+                return Err(VaultError::Corrupt(format!(
+                    "PKCS#11: the public key labelled {:?} is not an Ed25519 point ({} bytes)",
+                    self.label,
+                    point.len()
+                )))
+            }
+        };
+        Ok(raw.try_into().expect("32 bytes"))
+    }
+}

@@ -755,3 +755,42 @@ fn a_write_that_answers_no_space_changed_nothing() {
     }
     assert!(refused >= 1, "only {refused} of {points} points refused");
 }
+
+/// Another program fills the medium to the last byte while the store is
+/// closed, its intent log holding a flush the last commit did not: the
+/// store opens (the commit that puts the replayed log in the tree finds
+/// no room), reads work, and changes answer `NoSpace` having changed
+/// nothing; once the space is back the same handle deletes and commits,
+/// and a reopen finds everything acknowledged.
+#[test]
+fn a_store_opens_on_a_medium_another_program_filled_to_the_last_byte() {
+    let (medium, mem) = full_medium();
+    let (store, vault) = create(medium.clone());
+    let size = 256 << 10;
+    let kept = store.create_object(b"").unwrap();
+    store.write(kept, 0, &noise(size, 1)).unwrap();
+    store.commit().unwrap();
+    let logged = store.create_object(b"").unwrap();
+    store.write(logged, 0, &noise(size, 2)).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    medium.set_space_limit(Some(used(&mem)));
+    let store = Store::open(medium.clone(), vault.clone(), options())
+        .unwrap_or_else(|e| panic!("opening on the full medium: {e}"));
+    assert_eq!(store.read(kept, 0, size).unwrap(), noise(size, 1));
+    assert_eq!(store.read(logged, 0, size).unwrap(), noise(size, 2));
+    no_space("a write", store.write(kept, 0, &noise(size, 3)));
+    no_space("a delete", store.delete(logged));
+    no_space("a commit", store.commit());
+    assert_eq!(store.read(logged, 0, size).unwrap(), noise(size, 2));
+    // The other program frees its file: the same handle goes on.
+    medium.set_space_limit(Some(LIMIT));
+    store.delete(logged).unwrap();
+    store.commit().unwrap();
+    drop(store);
+    let store = Store::open(medium.clone(), vault.clone(), options()).unwrap();
+    assert_eq!(store.read(kept, 0, size).unwrap(), noise(size, 1));
+    assert!(matches!(store.object(logged), Err(Error::NoObject(_))));
+    let fsck = store.fsck(&mut |_| {}).unwrap();
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}

@@ -1074,6 +1074,9 @@ impl Engine {
     /// Under the refuse-writes policy, a commit the vault could not take
     /// stops new changes until one lands.
     pub(super) fn note_commit_result(&mut self, result: &Result<()>) {
+        if matches!(result, Ok(()) | Err(Error::ErasureIncomplete { .. })) {
+            self.full_at_open = None;
+        }
         match result {
             Ok(()) => self.vault_down = None,
             Err(e @ (Error::Vault(_) | Error::VaultStateUnknown(_)))
@@ -1101,7 +1104,8 @@ impl Engine {
     /// superblock is sealed under a fresh epoch key. Nothing is synced and
     /// no superblock or vault is written yet: that is [`CommitPlan::write`].
     pub(super) fn begin_commit(&mut self) -> Result<CommitPlan> {
-        self.writable()?;
+        // A store opened on a full medium commits: that ends the state.
+        self.committable()?;
         if self.committing {
             // Unreachable through `Store` (`lock` waits for the commit in
             // flight); refused rather than run two rotations at once.

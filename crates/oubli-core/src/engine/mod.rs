@@ -412,6 +412,10 @@ struct Engine {
     /// Set when a medium write failed: the in-memory state may be ahead of
     /// the medium, so mutations are refused until the store is reopened.
     poisoned: Option<String>,
+    /// Opened on a medium with no room for the commit that puts the
+    /// replayed intent log in the tree (another program filled it): reads
+    /// work, changes answer `NoSpace` until a commit lands (DESIGN §7).
+    full_at_open: Option<String>,
     /// A commit whose vault write may or may not have happened.
     vault_unknown: Option<UnknownRotation>,
     /// Set while the vault holds a key older than the current one.
@@ -747,6 +751,16 @@ impl Drop for Store {
 
 impl Engine {
     fn writable(&self) -> Result<()> {
+        self.committable()?;
+        if let Some(why) = &self.full_at_open {
+            return Err(Error::NoSpace(why.clone()));
+        }
+        Ok(())
+    }
+
+    /// What [`writable`](Self::writable) checks but a store opened on a
+    /// full medium: a commit is what ends that state.
+    fn committable(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
@@ -765,6 +779,14 @@ impl Engine {
     /// new change while the vault could not take the last commit: retries
     /// the commit (at most every few seconds) and accepts again once it lands.
     fn mutable(&mut self) -> Result<()> {
+        if self.full_at_open.is_some() && self.committable().is_ok() {
+            // The commit the open could not make, tried again: the space
+            // may be back. `NoSpace` while it is not.
+            match self.commit() {
+                Ok(()) | Err(Error::ErasureIncomplete { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         self.writable()?;
         let Some((why, since)) = &self.vault_down else {
             return Ok(());

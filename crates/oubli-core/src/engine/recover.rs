@@ -215,6 +215,11 @@ impl Store {
                 // destroyed: not fatal to the open (step 1's rule), the
                 // leftover is recorded for `status`, `audit` and retries.
                 Err(Error::ErasureIncomplete { .. }) => {}
+                // Another program filled the medium: the store opens with
+                // the replayed log in memory (and still on the medium),
+                // reads work, and changes answer `NoSpace` until a commit
+                // lands once there is room (DESIGN §7, "A full medium").
+                Err(Error::NoSpace(why)) => engine.full_at_open = Some(why),
                 other => other?,
             }
         }
@@ -293,6 +298,7 @@ impl Engine {
             committed_at: 0,
             read_only: false,
             poisoned: None,
+            full_at_open: None,
             vault_unknown: None,
             vault_leftover: None,
             last_commit_error: None,

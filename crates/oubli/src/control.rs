@@ -11,6 +11,7 @@
 //! | `flush`  | `ok` after making every write durable |
 //! | `status` | `ok <json>`: the same object `oubli status --json` prints |
 //! | `snapshot-ls` | `ok <json>`: the array `oubli snapshot ls --json` prints |
+//! | `certify-measure` | `ok <json>`: epoch, vault record digest, what is pending and the audit's counts, for a certificate of sanitization (`certificate::measure::Measure`) |
 //! | `snapshot-create <expires-at or -> <name>` | `ok <epoch>` once the snapshot is durable |
 //! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
 //! | `redact <purge or keep> <path>` (mounts only) | `ok <json>`: what `oubli redact` reports, once durable (and committed with `purge`) |
@@ -258,6 +259,10 @@ fn answer(store: &Store, status: &StatusRenderer, line: &str) -> String {
         "status" => match status(store) {
             Ok(json) => format!("ok {json}"),
             Err(e) => Refusal::other(e).reply(),
+        },
+        "certify-measure" => match crate::certificate::measure::measure(store) {
+            Ok(m) => format!("ok {}", serde_json::to_string(&m).expect("plain data")),
+            Err(e) => Refusal::from(&e).reply(),
         },
         "snapshot-ls" => match crate::report::snapshot_reports(store) {
             Ok(list) => format!("ok {}", serde_json::to_string(&list).expect("plain data")),

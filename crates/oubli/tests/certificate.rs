@@ -61,6 +61,8 @@ impl Env {
         let mut cmd = Command::cargo_bin("oubli").unwrap();
         cmd.env_clear()
             .env("HOME", self.dir.path())
+            // fusermount3, for the mount tests.
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("OUBLI_VAULT", &self.vault)
             .env("OUBLI_PASSWORD", PASSWORD)
             .current_dir(self.dir.path())
@@ -564,4 +566,132 @@ fn a_softhsm_vault_certificate_names_the_token_and_says_it_is_software() {
     // The PIN never reaches the certificate.
     assert!(!c.to_string().contains("pin-value"), "{c:#}");
     assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+}
+
+/// A store mounted (detached) at `mnt` in the temporary directory, with no
+/// commit of its own for an hour; unmounted on drop if a test failed.
+struct Mounted<'a> {
+    env: &'a Env,
+    mnt: PathBuf,
+}
+
+impl Mounted<'_> {
+    fn new(env: &Env) -> Mounted<'_> {
+        let mnt = env.path("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        env.ok(&["mount", mnt.to_str().unwrap(), "-o", "epoch_interval=3600"]);
+        Mounted { env, mnt }
+    }
+
+    fn at(&self) -> &str {
+        self.mnt.to_str().unwrap()
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        let _ = self.env.cmd().args(["umount", self.at()]).output();
+    }
+}
+
+#[test]
+fn commit_through_a_live_mount_certifies_its_deletions() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::write(m.mnt.join("doomed"), vec![4u8; 50_000]).unwrap();
+    std::fs::write(m.mnt.join("kept"), b"kept").unwrap();
+    env.ok(&["commit", m.at()]);
+    std::fs::remove_file(m.mnt.join("doomed")).unwrap();
+    let c = env.certified(&["commit", m.at()], "commit.json");
+    assert!(items(&c).is_empty(), "{c:#}");
+    let totals = &c["certificate"]["erased"]["epoch_totals"];
+    assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
+    assert!(
+        totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
+        "{totals}"
+    );
+    assert_erasure(&c, "clear");
+    drop(m);
+    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn redact_purge_certifies_the_path_and_the_snapshots_it_left() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::create_dir(m.mnt.join("clients")).unwrap();
+    std::fs::write(m.mnt.join("clients/alice"), vec![1u8; 30_000]).unwrap();
+    std::fs::write(m.mnt.join("clients/bob"), b"bob stays").unwrap();
+    env.ok(&["snapshot", "create", "monday", m.at()]);
+    let alice = m.mnt.join("clients/alice");
+    let c = env.certified(
+        &["redact", alice.to_str().unwrap(), "--purge"],
+        "redact.json",
+    );
+    assert_eq!(items(&c), [("path".into(), "clients/alice".into(), 30_000)]);
+    assert_eq!(
+        c["certificate"]["erased"]["items"][0]["from_snapshots"],
+        serde_json::json!(["monday"])
+    );
+    assert!(!c.to_string().contains("bob"), "{c:#}");
+    assert_erasure(&c, "clear");
+    assert!(!alice.exists());
+    drop(m);
+    assert_eq!(env.verify("redact.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn snapshot_rm_purge_through_a_live_mount_certifies_the_snapshot() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::write(m.mnt.join("old"), vec![6u8; 40_000]).unwrap();
+    env.ok(&["snapshot", "create", "only-holder", m.at()]);
+    std::fs::remove_file(m.mnt.join("old")).unwrap();
+    env.ok(&["commit", m.at()]);
+    let c = env.certified(
+        &["snapshot", "rm", "only-holder", "--purge", m.at()],
+        "snap.json",
+    );
+    let listed = items(&c);
+    assert_eq!(listed.len(), 1, "{c:#}");
+    assert_eq!(listed[0].0, "snapshot");
+    assert_eq!(listed[0].1, "only-holder");
+    assert!(listed[0].2 >= 40_000, "{c:#}");
+    assert_erasure(&c, "clear");
+    drop(m);
+    assert_eq!(env.verify("snap.json", "a.pub", true).0, 0);
+}
+
+#[test]
+fn umount_certifies_the_mounts_final_commit() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::write(m.mnt.join("session-data"), vec![8u8; 20_000]).unwrap();
+    env.ok(&["commit", m.at()]);
+    std::fs::remove_file(m.mnt.join("session-data")).unwrap();
+    let c = env.certified(&["umount", m.at()], "umount.json");
+    assert!(items(&c).is_empty(), "{c:#}");
+    assert_eq!(c["certificate"]["command"], "oubli umount");
+    let totals = &c["certificate"]["erased"]["epoch_totals"];
+    assert!(
+        totals["sealed_bytes"].as_u64().unwrap() >= 20_000,
+        "{totals}"
+    );
+    assert_erasure(&c, "clear");
+    assert!(!std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .contains(m.at()));
+    assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
 }

@@ -187,6 +187,8 @@ complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "ls" -d 'List the shares, destroyed ones included'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "destroy" -d 'Destroy a share\'s key: everything ever placed under it becomes unrecoverable, everywhere'
 complete -c oubli -n "__fish_oubli_using_subcommand share; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c oubli -n "__fish_oubli_using_subcommand redact" -l certificate -d 'Write a signed certificate of sanitization of what this erasure made unrecoverable to FILE (JSON, see docs/CERTIFICATE.md; FILE must not exist)' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand redact" -l sign-key -d 'The organisation\'s Ed25519 key that signs the certificate: PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
@@ -194,6 +196,7 @@ complete -c oubli -n "__fish_oubli_using_subcommand redact" -l on-vault-failure 
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -l purge -d 'Commit at once, so that the data is unrecoverable when the command returns'
+complete -c oubli -n "__fish_oubli_using_subcommand redact" -l hash-names -d 'In the certificate, salted SHA-256 hashes instead of names (for names that are personal data)'
 complete -c oubli -n "__fish_oubli_using_subcommand redact" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l certificate -d 'Write a signed certificate of sanitization of what this erasure made unrecoverable to FILE (JSON, see docs/CERTIFICATE.md; FILE must not exist)' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand commit" -l sign-key -d 'The organisation\'s Ed25519 key that signs the certificate: PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it' -r -F
@@ -337,12 +340,15 @@ complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subco
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from help" -f -a "move" -d 'Move the store\'s epoch key to another vault, then destroy the old vault\'s key'
 complete -c oubli -n "__fish_oubli_using_subcommand vault; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l wait -d 'Seconds to wait for the mount process\'s final commit' -r
+complete -c oubli -n "__fish_oubli_using_subcommand umount" -l certificate -d 'Write a signed certificate of sanitization of what this erasure made unrecoverable to FILE (JSON, see docs/CERTIFICATE.md; FILE must not exist)' -r -F
+complete -c oubli -n "__fish_oubli_using_subcommand umount" -l sign-key -d 'The organisation\'s Ed25519 key that signs the certificate: PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l password-file -d 'Read the vault password from the first line of FILE' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l on-vault-failure -d 'What mount and serve do when the vault cannot take a commit' -r -f -a "keep-open\t'Keep the epoch open, go on writing, retry the commit later'
 refuse-writes\t'Refuse changes until a commit succeeds'"
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -l log-tally -d 'How often the intent log\'s tally catches up with its frames: `every-flush`, or SECONDS (mount and serve)' -r
+complete -c oubli -n "__fish_oubli_using_subcommand umount" -l hash-names -d 'In the certificate, salted SHA-256 hashes instead of names (for names that are personal data)'
 complete -c oubli -n "__fish_oubli_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c oubli -n "__fish_oubli_using_subcommand certificate; and not __fish_seen_subcommand_from verify show help" -l store -d 'The store directory, s3://BUCKET/PREFIX for a store in an S3 bucket (endpoint and credentials from AWS_* variables or ~/.aws), or nand:IMAGE for a store on a simulated raw NAND chip [default: $XDG_DATA_HOME/oubli/store or ~/.local/share/oubli/store]' -r -F
 complete -c oubli -n "__fish_oubli_using_subcommand certificate; and not __fish_seen_subcommand_from verify show help" -l vault -d 'The vault: a file path, tpm:TCTI, a pkcs11: URI, or `nand` (in the chip of a nand:IMAGE store) [default: $XDG_CONFIG_HOME/oubli/vault or ~/.config/oubli/vault]' -r -F

@@ -132,11 +132,16 @@ pub fn commit(g: &Global, cert: &crate::cert_cmd::CertArgs) -> Result<String, Fa
 /// keep the names of what was deleted); the certificate states the epoch's
 /// totals.
 fn commit_certified(g: &Global, request: crate::cert_cmd::Request) -> Result<String, Failure> {
-    if oubli::control::request(&g.store, "status").is_ok_and(|r| r.is_some()) {
-        return Err(Failure::usage(
-            "--certificate on a store a mount or server holds open: unmount it with `oubli umount --certificate FILE`, or stop the server, then commit",
-        ));
-    }
+    // A mount or server holding the store open commits for us.
+    let request =
+        match crate::cert_cmd::purge_live(request, g, "oubli commit", Vec::new(), Vec::new())? {
+            Ok(written) => {
+                return Ok(format!(
+                    "committed (by the process holding the store): everything deleted before it is now unrecoverable\n{written}"
+                ))
+            }
+            Err(request) => request,
+        };
     let (session, tally) = crate::cert_cmd::open(g, true)?;
     let mut tally = tally.expect("a certificate was asked for");
     // Opening a store whose last command left an intent log commits it

@@ -11,12 +11,12 @@
 use crate::failure::Failure;
 use crate::session::{self, Access, Global, Session};
 use clap::Subcommand;
+use oubli::certificate::measure::{Measure, Statement};
 use oubli::certificate::sign::{public_key_from_pem, SigningKey};
 use oubli::certificate::verify::{check_against_store, check_signature, StoreNow};
 use oubli::certificate::{
-    self as cert, Certificate, Coverage, EpochTotals, ErasedItem, ItemKind, MediumKind, NameForm,
-    Outcome, RetainedItem, SignedCertificate, StoreFacts, Tool, VaultAttestation, VaultRecords,
-    Verification,
+    self as cert, EpochTotals, ErasedItem, ItemKind, MediumKind, NameForm, Outcome, RetainedItem,
+    SignedCertificate, Tool, VaultAttestation,
 };
 use oubli::{exit, Error, Store};
 use std::fs::File;
@@ -136,29 +136,15 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
 
 /// What was pending erasure before the command's commit(s).
 pub struct Tally {
-    epoch_before: u64,
-    record_before: [u8; 32],
+    /// The store before anything: its epoch and vault record are the ones
+    /// the certificate says ended.
+    before: Measure,
+    /// Everything the commit(s) erase, measured as late as possible.
     totals: EpochTotals,
-    /// The totals measured before the store was opened for writing: the
-    /// open commits an intent log the previous command left.
-    before_open: EpochTotals,
 }
 
-/// The store's epoch, its vault record's digest, and what is pending.
-fn measure(g: &Global, session: &Session) -> Result<(u64, [u8; 32], EpochTotals), Failure> {
-    let store = &session.store;
-    let status = store.status().map_err(|e| g.fail(e))?;
-    let audit = store.audit().map_err(|e| g.fail(e))?;
-    let record = session.vault.load().map_err(|e| g.fail(Error::Vault(e)))?;
-    Ok((
-        record.epoch,
-        cert::record_digest(&record),
-        EpochTotals {
-            deletions: status.pending_deletions,
-            sealed_bytes: status.pending_erasure_bytes,
-            units: audit.pending_units as u64,
-        },
-    ))
+fn measure(g: &Global, store: &Store) -> Result<Measure, Failure> {
+    cert::measure::measure(store).map_err(|e| g.fail(e))
 }
 
 /// Opens the store for an erasing command. With a certificate asked for,
@@ -173,14 +159,12 @@ pub fn open(g: &Global, certify: bool) -> Result<(Session, Option<Tally>), Failu
     let lock = g.lock(Access::Write)?;
     let password = g.password()?;
     let look = g.open_with(Access::Read, None, password.clone())?;
-    let (epoch_before, record_before, before_open) = measure(g, &look)?;
+    let before = measure(g, &look.store)?;
     drop(look);
     let session = g.open_with(Access::Write, lock, password)?;
     let tally = Tally {
-        epoch_before,
-        record_before,
-        totals: before_open.clone(),
-        before_open,
+        totals: before.pending.clone(),
+        before,
     };
     Ok((session, Some(tally)))
 }
@@ -190,15 +174,11 @@ impl Tally {
     /// committed, what it erased was measured before the open and adds up;
     /// otherwise this measure includes it.
     pub fn before_commit(&mut self, g: &Global, session: &Session) -> Result<(), Failure> {
-        let (_, _, now) = measure(g, session)?;
+        let now = measure(g, &session.store)?;
         self.totals = if session.committed_on_open() {
-            EpochTotals {
-                deletions: self.before_open.deletions + now.deletions,
-                sealed_bytes: self.before_open.sealed_bytes + now.sealed_bytes,
-                units: self.before_open.units + now.units,
-            }
+            cert::measure::add(&self.before.pending, &now.pending)
         } else {
-            now
+            now.pending
         };
         Ok(())
     }
@@ -224,11 +204,9 @@ fn medium(g: &Global) -> MediumKind {
     }
 }
 
-/// After the command's commit: audits, builds, signs and writes the
-/// certificate. Returns the line to print. A failed audit still writes the
-/// certificate (its outcome says `fail`), then fails with exit 10.
+/// After the command's commit: audits, then [`write`]s the certificate.
 pub fn finish(
-    mut request: Request,
+    request: Request,
     g: &Global,
     session: &Session,
     tally: Tally,
@@ -236,56 +214,41 @@ pub fn finish(
     items: Vec<ErasedItem>,
     retained: Vec<RetainedItem>,
 ) -> Result<String, Failure> {
-    let store = &session.store;
-    let audit = store.audit().map_err(|e| g.fail(e))?;
-    let status = store.status().map_err(|e| g.fail(e))?;
-    let record = session.vault.load().map_err(|e| g.fail(Error::Vault(e)))?;
-    let outcome = if audit.leaked_units == 0
-        && audit.vault_leftover_epochs.is_empty()
-        && record.epoch > tally.epoch_before
-    {
-        Outcome::Pass
-    } else {
-        Outcome::Fail
-    };
-    let certificate = Certificate {
-        format: cert::FORMAT.into(),
-        version: cert::VERSION,
-        id: cert::random_id(),
-        issued_at: cert::now_utc(),
+    let after = measure(g, &session.store)?;
+    write(
+        request,
+        g,
+        (&tally.before, tally.totals, &after),
+        command,
+        items,
+        retained,
+    )
+}
+
+/// Builds the certificate of what happened between `before` and `after`
+/// (erasing `totals`), signs it and writes it. Returns the line to print.
+/// A failed audit still writes the certificate (its outcome says `fail`),
+/// then fails with exit 10.
+pub fn write(
+    mut request: Request,
+    g: &Global,
+    (before, totals, after): (&Measure, EpochTotals, &Measure),
+    command: &str,
+    items: Vec<ErasedItem>,
+    retained: Vec<RetainedItem>,
+) -> Result<String, Failure> {
+    let statement = Statement {
         command: command.into(),
-        erased: cert::Erased {
-            names: request.names.clone(),
-            items,
-            retained,
-            epoch_totals: tally.totals.clone(),
-        },
-        store: StoreFacts {
-            id: hex::encode(store.store_id()),
-            medium: medium(g),
-            location: g.store_shown().display().to_string(),
-            epoch_before: tally.epoch_before,
-            epoch_after: store.epoch(),
-        },
-        method: cert::method_for(&status.vault),
-        verification: Verification {
-            method: "oubli audit".into(),
-            coverage: Coverage::Full,
-            erased_units_before: tally.totals.units,
-            units_opened_after: audit.units_opened as u64,
-            leaked_units_after: audit.leaked_units as u64,
-            vault_leftover_epochs: audit.vault_leftover_epochs.clone(),
-            outcome,
-            limits: cert::audit_limits(),
-        },
+        names: request.names.clone(),
+        items,
+        retained,
+        totals,
+        medium: medium(g),
+        location: g.store_shown().display().to_string(),
         tool: tool(),
-        vault_records: VaultRecords {
-            algorithm: "sha-256".into(),
-            before: hex::encode(tally.record_before),
-            after: hex::encode(cert::record_digest(&record)),
-        },
-        vault_attestation: None,
     };
+    let certificate = cert::measure::build(before, after, statement);
+    let outcome = certificate.verification.outcome;
     let signed = request.key.sign(certificate);
     let mut file = request.file.take().expect("written once");
     let written = file
@@ -314,8 +277,8 @@ pub fn finish(
         return Err(Failure::new(
             exit::LEAKED,
             format!(
-                "wrote the certificate {shown}, but its verification FAILED: {} deleted unit(s) still open, older vault key(s) of epoch(s) {:?}",
-                audit.leaked_units, audit.vault_leftover_epochs
+                "wrote the certificate {shown}, but its verification FAILED: {} deleted unit(s) still open, older vault key(s) of epoch(s) {:?}, vault at epoch {} (was {})",
+                after.leaked_units, after.vault_leftover_epochs, after.vault_epoch, before.vault_epoch
             ),
             "run `oubli audit` for the details; the certificate records the failure",
         ));
@@ -323,6 +286,78 @@ pub fn finish(
     Ok(format!(
         "wrote the certificate {shown}: {category}; audit passed\n"
     ))
+}
+
+/// A measure by the process (mount) holding the store, through its control
+/// socket; `None` when no process holds it.
+pub fn measure_live(g: &Global) -> Result<Option<Measure>, Failure> {
+    let Some(reply) = g.control("certify-measure")? else {
+        return Ok(None);
+    };
+    let text = reply.map_err(|e| g.control_failure(e))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| g.control_failure(format!("unreadable measure ({e}): {text}")))
+}
+
+/// A certified commit by the process holding the store: measure, `purge`,
+/// measure, write. Hands the request back when no process holds the store.
+pub fn purge_live(
+    request: Request,
+    g: &Global,
+    command: &str,
+    items: Vec<ErasedItem>,
+    retained: Vec<RetainedItem>,
+) -> Result<Result<String, Request>, Failure> {
+    let Some(before) = measure_live(g)? else {
+        return Ok(Err(request));
+    };
+    let reply = g.control("purge")?.ok_or_else(|| gone(g))?;
+    reply.map_err(|e| g.control_failure(e))?;
+    let after = measure_live_required(g)?;
+    let totals = before.pending.clone();
+    write(
+        request,
+        g,
+        (&before, totals, &after),
+        command,
+        items,
+        retained,
+    )
+    .map(Ok)
+}
+
+fn gone(g: &Global) -> Failure {
+    Failure::usage(format!(
+        "the process holding {} went away before the certificate was complete",
+        g.store_shown().display()
+    ))
+}
+
+/// `oubli umount --certificate`, after the mount process's final commit
+/// and exit: opens the store (so the password is needed), commits if that
+/// final commit did not (nothing had changed), and measures the erasure
+/// against `before`, taken through the control socket before unmounting.
+pub fn after_unmount(request: Request, g: &Global, before: &Measure) -> Result<String, Failure> {
+    let session = g.open(Access::Write)?;
+    if session.store.epoch() <= before.epoch {
+        session.store.commit().map_err(|e| g.fail(e))?;
+    }
+    let after = measure(g, &session.store)?;
+    let totals = before.pending.clone();
+    write(
+        request,
+        g,
+        (before, totals, &after),
+        "oubli umount",
+        Vec::new(),
+        Vec::new(),
+    )
+}
+
+/// [`measure_live`] where a live process is required.
+pub fn measure_live_required(g: &Global) -> Result<Measure, Failure> {
+    measure_live(g)?.ok_or_else(|| gone(g))
 }
 
 /// The objects whose data `store` holds in the live tree or any snapshot
@@ -343,6 +378,28 @@ pub fn object_bytes(store: &Store, oids: &[u64]) -> u64 {
         }
     }
     total
+}
+
+/// The bytes of the regular files at or under `path` (not following
+/// symbolic links): what a redaction of `path` in a live mount erases.
+pub fn path_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_file() {
+        return meta.len();
+    }
+    if !meta.is_dir() {
+        return 0;
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| path_bytes(&entry.path()))
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// `oubli certificate verify|show`.

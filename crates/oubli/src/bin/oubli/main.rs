@@ -162,6 +162,8 @@ enum Command {
         /// Commit at once, so that the data is unrecoverable when the command returns
         #[arg(long)]
         purge: bool,
+        #[command(flatten)]
+        cert: cert_cmd::CertArgs,
     },
     /// End the epoch now: everything deleted so far becomes unrecoverable
     #[command(visible_alias = "purge")]
@@ -370,7 +372,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
             path,
             mountpoint,
             purge,
-        } => snapshot_cmd::redact(&g, &path, mountpoint.as_deref(), purge),
+            cert,
+        } => snapshot_cmd::redact(&g, &path, mountpoint.as_deref(), purge, &cert),
         Command::Commit { mountpoint, cert } => {
             admin::commit(&g.at_mount(mountpoint.as_deref())?, &cert)
         }

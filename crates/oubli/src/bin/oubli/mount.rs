@@ -47,6 +47,8 @@ pub struct UmountArgs {
     /// Seconds to wait for the mount process's final commit
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     wait: u64,
+    #[command(flatten)]
+    cert: crate::cert_cmd::CertArgs,
 }
 
 fn log(line: &str) {
@@ -657,6 +659,18 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
     let mountpoint = session::absolute(&a.mountpoint);
     // The store named in the mount table, else --store.
     let g = &g.at_mount(Some(&mountpoint)).unwrap_or_else(|_| g.clone());
+    // `--certificate`: what is pending, measured by the mount process
+    // before it unmounts (its final commit erases it).
+    let certificate = crate::cert_cmd::prepare(&a.cert, true)?;
+    let before = match certificate {
+        Some(_) => Some(crate::cert_cmd::measure_live(g)?.ok_or_else(|| {
+            Failure::usage(format!(
+                "no mount process answers for the store of {}: --certificate needs it (nothing was unmounted)",
+                mountpoint.display()
+            ))
+        })?),
+        None => None,
+    };
     // Asking for the unmount's outcome before unmounting tells the mount
     // process that someone will collect it (a failed last commit).
     let was_served = matches!(outcome(g), Ok(Some(_)));
@@ -725,7 +739,13 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
     if let Some(f) = failed {
         return Err(Failure::new(f.code, f.message, f.hint));
     }
-    Ok(format!("unmounted {}\n", mountpoint.display()))
+    let unmounted = format!("unmounted {}\n", mountpoint.display());
+    match (certificate, before) {
+        (Some(certificate), Some(before)) => {
+            Ok(unmounted + &crate::cert_cmd::after_unmount(certificate, g, &before)?)
+        }
+        _ => Ok(unmounted),
+    }
 }
 
 /// The mount process's answer to `unmount-outcome` (`None`: no process).

@@ -125,8 +125,6 @@ pub fn is_file_vault(address: &Path) -> bool {
 /// An open store with what the commands need beside it.
 pub struct Session {
     pub store: Store,
-    /// The store's vault (`--certificate` reads its record before and after a commit).
-    pub vault: Arc<Box<dyn Vault>>,
     /// The vault's epoch before the store was opened: if the store's epoch is
     /// higher now, opening replayed an intent log and committed it.
     pub vault_epoch_at_open: u64,
@@ -459,7 +457,6 @@ impl Global {
         };
         Ok(Session {
             store,
-            vault,
             vault_epoch_at_open,
             password,
             orphans_collected,

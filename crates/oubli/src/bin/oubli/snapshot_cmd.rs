@@ -161,10 +161,39 @@ fn rm_certified(
     request: crate::cert_cmd::Request,
 ) -> Result<String, Failure> {
     use oubli::certificate::{ErasedItem, ItemKind};
-    if oubli::control::request(&g.store, "status").is_ok_and(|r| r.is_some()) {
-        return Err(Failure::usage(
-            "--certificate on a store a mount or server holds open: unmount it (`oubli umount --certificate FILE` certifies its final commit) or stop the server first",
-        ));
+    let item = |request: &crate::cert_cmd::Request, bytes| ErasedItem {
+        kind: ItemKind::Snapshot,
+        name: request.name(name),
+        object_ids: Vec::new(),
+        bytes,
+        from_snapshots: Vec::new(),
+    };
+    const COMMAND: &str = "oubli snapshot rm --purge";
+    if let Some(reply) = g.control("snapshot-ls")? {
+        // Through the process holding the store: remove, then a certified commit.
+        let text = reply.map_err(|e| g.control_failure(e))?;
+        let list: Vec<SnapshotReport> = serde_json::from_str(&text)
+            .map_err(|e| g.control_failure(format!("unreadable snapshot list ({e}): {text}")))?;
+        let bytes = list
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0, |s| s.unique_bytes);
+        let removed = g.control(&format!("snapshot-rm keep {name}"))?;
+        if let Some(reply) = removed {
+            reply.map_err(|e| g.control_failure(e))?;
+            let item = item(&request, bytes);
+            if let Ok(written) =
+                crate::cert_cmd::purge_live(request, g, COMMAND, vec![item], Vec::new())?
+            {
+                return Ok(format!(
+                    "removed snapshot {name} (by the process holding the store) and committed: what only it held is now unrecoverable\n{written}"
+                ));
+            }
+        }
+        return Err(Failure::usage(format!(
+            "the process holding {} went away during the removal: check with `oubli snapshot ls` and commit",
+            g.store_shown().display()
+        )));
     }
     let (session, tally) = crate::cert_cmd::open(g, true)?;
     let mut tally = tally.expect("a certificate was asked for");
@@ -178,22 +207,9 @@ fn rm_certified(
     store.snapshot_remove(name).map_err(|e| g.fail(e))?;
     tally.before_commit(g, &session)?;
     store.commit().map_err(|e| g.fail(e))?;
-    let item = ErasedItem {
-        kind: ItemKind::Snapshot,
-        name: request.name(name),
-        object_ids: Vec::new(),
-        bytes,
-        from_snapshots: Vec::new(),
-    };
-    let written = crate::cert_cmd::finish(
-        request,
-        g,
-        &session,
-        tally,
-        "oubli snapshot rm --purge",
-        vec![item],
-        Vec::new(),
-    )?;
+    let item = item(&request, bytes);
+    let written =
+        crate::cert_cmd::finish(request, g, &session, tally, COMMAND, vec![item], Vec::new())?;
     Ok(format!(
         "removed snapshot {name} and committed: what only it held is now unrecoverable\n{written}"
     ))
@@ -259,15 +275,24 @@ fn mount_holding(path: &Path, mountpoint: Option<&Path>) -> Result<(PathBuf, Pat
     )))
 }
 
-/// `oubli redact PATH [MOUNTPOINT]`.
+/// `oubli redact PATH [MOUNTPOINT] [--purge [--certificate FILE]]`.
 pub fn redact(
     g: &Global,
     path: &Path,
     mountpoint: Option<&Path>,
     purge: bool,
+    cert: &crate::cert_cmd::CertArgs,
 ) -> Result<String, Failure> {
+    let certificate = crate::cert_cmd::prepare(cert, purge)?;
     let (store, relative) = mount_holding(path, mountpoint)?;
-    let request = redact_request(&relative, purge).ok_or_else(|| {
+    // With a certificate, the redaction and the commit are two steps, so
+    // that the certificate measures what the redaction left pending.
+    let bytes = match certificate {
+        Some(_) => crate::cert_cmd::path_bytes(path),
+        None => 0,
+    };
+    let purge_now = purge && certificate.is_none();
+    let request = redact_request(&relative, purge_now).ok_or_else(|| {
         Failure::usage(format!(
             "{}: only UTF-8 paths without newlines can be redacted through the control socket",
             relative.display()
@@ -303,10 +328,48 @@ pub fn redact(
             r.still_open
         );
     }
+    let written = match certificate {
+        None => String::new(),
+        Some(certificate) => {
+            use oubli::certificate::{ErasedItem, ItemKind, RetainedItem};
+            let name = certificate.name(&relative.to_string_lossy());
+            let from: Vec<String> = r.snapshots.iter().map(|s| certificate.name(s)).collect();
+            // An open file's data goes at its last close, not with this
+            // commit: then the path is listed as not erased.
+            let (items, retained) = if r.still_open == 0 {
+                let item = ErasedItem {
+                    kind: ItemKind::Path,
+                    name,
+                    object_ids: Vec::new(),
+                    bytes,
+                    from_snapshots: from,
+                };
+                (vec![item], Vec::new())
+            } else {
+                let item = RetainedItem {
+                    kind: ItemKind::Path,
+                    name,
+                    object_ids: Vec::new(),
+                    kept_in: vec![format!(
+                        "{} open file(s), until their last close",
+                        r.still_open
+                    )],
+                };
+                (Vec::new(), vec![item])
+            };
+            crate::cert_cmd::purge_live(certificate, &g, "oubli redact --purge", items, retained)?
+                .map_err(|_| {
+                    Failure::usage(format!(
+                        "the mount of {} went away after the redaction, before its commit: the data is erased at the store's next commit",
+                        g.store.display()
+                    ))
+                })?
+        }
+    };
     out += if purge {
         "; committed: its data is now unrecoverable\n"
     } else {
         "; erased at the next commit (run `oubli commit MOUNTPOINT` to erase it now)\n"
     };
-    Ok(out)
+    Ok(out + &written)
 }

@@ -1,0 +1,152 @@
+//! Measuring a store for a certificate, in the process that holds it (a one-shot command, or a mount through `certify-measure` on its control socket), and building the certificate from two measures.
+
+use super::{
+    audit_limits, method_for, now_utc, random_id, record_digest, Certificate, Coverage,
+    EpochTotals, Erased, ErasedItem, MediumKind, NameForm, Outcome, RetainedItem, StoreFacts, Tool,
+    VaultRecords, Verification, FORMAT, VERSION,
+};
+use crate::{Store, VaultInfo};
+use serde::{Deserialize, Serialize};
+
+/// The vault's static facts (`VaultInfo` on the wire).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct VaultFacts {
+    pub kind: String,
+    pub location: String,
+    pub overwrite_is_erasure: bool,
+}
+
+/// A store at one moment: its epoch, the digest of its vault's record,
+/// what is pending erasure and what the audit opens.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Measure {
+    /// Hex store id.
+    pub store_id: String,
+    pub epoch: u64,
+    pub vault_epoch: u64,
+    /// Hex `record_digest` of the vault's record.
+    pub record_digest: String,
+    /// What is pending erasure (deleted since the last commit).
+    pub pending: EpochTotals,
+    /// The audit: units it opened, deleted units that opened from before
+    /// the last commit, older epochs the vault still holds.
+    pub units_opened: u64,
+    pub leaked_units: u64,
+    pub vault_leftover_epochs: Vec<u64>,
+    pub vault: VaultFacts,
+}
+
+/// Measures `store` now. Runs the audit: reads every unit the medium and
+/// the vault open (as `oubli audit` does).
+pub fn measure(store: &Store) -> crate::Result<Measure> {
+    let status = store.status()?;
+    let audit = store.audit()?;
+    let record = store.vault_record()?;
+    Ok(Measure {
+        store_id: hex::encode(store.store_id()),
+        epoch: store.epoch(),
+        vault_epoch: record.epoch,
+        record_digest: hex::encode(record_digest(&record)),
+        pending: EpochTotals {
+            deletions: status.pending_deletions,
+            sealed_bytes: status.pending_erasure_bytes,
+            units: audit.pending_units as u64,
+        },
+        units_opened: audit.units_opened as u64,
+        leaked_units: audit.leaked_units as u64,
+        vault_leftover_epochs: audit.vault_leftover_epochs,
+        vault: VaultFacts {
+            kind: status.vault.kind,
+            location: status.vault.location,
+            overwrite_is_erasure: status.vault.overwrite_is_erasure,
+        },
+    })
+}
+
+impl Measure {
+    /// Whether the erasure between `before` and this measure holds: the
+    /// vault moved past `before`'s record and the audit opens nothing
+    /// deleted before the last commit.
+    pub fn outcome_since(&self, before: &Measure) -> Outcome {
+        if self.leaked_units == 0
+            && self.vault_leftover_epochs.is_empty()
+            && self.vault_epoch > before.vault_epoch
+            && self.record_digest != before.record_digest
+        {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        }
+    }
+}
+
+/// What a certificate says beside the two measures.
+pub struct Statement {
+    pub command: String,
+    pub names: NameForm,
+    pub items: Vec<ErasedItem>,
+    pub retained: Vec<RetainedItem>,
+    /// Everything the commit(s) erased (see `EpochTotals`).
+    pub totals: EpochTotals,
+    pub medium: MediumKind,
+    /// The store as users name it (directory, `s3://...`, `nand:IMAGE`).
+    pub location: String,
+    pub tool: Tool,
+}
+
+/// The certificate of the erasure between `before` and `after`, unsigned.
+pub fn build(before: &Measure, after: &Measure, statement: Statement) -> Certificate {
+    let vault = VaultInfo {
+        kind: after.vault.kind.clone(),
+        location: after.vault.location.clone(),
+        endurance_writes: None,
+        overwrite_is_erasure: after.vault.overwrite_is_erasure,
+    };
+    Certificate {
+        format: FORMAT.into(),
+        version: VERSION,
+        id: random_id(),
+        issued_at: now_utc(),
+        command: statement.command,
+        erased: Erased {
+            names: statement.names,
+            items: statement.items,
+            retained: statement.retained,
+            epoch_totals: statement.totals.clone(),
+        },
+        store: StoreFacts {
+            id: after.store_id.clone(),
+            medium: statement.medium,
+            location: statement.location,
+            epoch_before: before.epoch,
+            epoch_after: after.epoch,
+        },
+        method: method_for(&vault),
+        verification: Verification {
+            method: "oubli audit".into(),
+            coverage: Coverage::Full,
+            erased_units_before: statement.totals.units,
+            units_opened_after: after.units_opened,
+            leaked_units_after: after.leaked_units,
+            vault_leftover_epochs: after.vault_leftover_epochs.clone(),
+            outcome: after.outcome_since(before),
+            limits: audit_limits(),
+        },
+        tool: statement.tool,
+        vault_records: VaultRecords {
+            algorithm: "sha-256".into(),
+            before: before.record_digest.clone(),
+            after: after.record_digest.clone(),
+        },
+        vault_attestation: None,
+    }
+}
+
+/// The sum of two totals (an open's commit, then the command's).
+pub fn add(a: &EpochTotals, b: &EpochTotals) -> EpochTotals {
+    EpochTotals {
+        deletions: a.deletions + b.deletions,
+        sealed_bytes: a.sealed_bytes + b.sealed_bytes,
+        units: a.units + b.units,
+    }
+}

@@ -409,3 +409,52 @@ pub fn verify_slot_certifications(
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// What [`verify_rotation`] established: the slot holding the record
+/// before, and both slots after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RotationCertifiedState {
+    pub before: NvCertifiedState,
+    pub after: SlotsCertifiedState,
+}
+
+/// Checks a rotation certified on both sides: `before` (the slot holding
+/// the old record, certified before the rotation under `before_data`) and
+/// `after` (both slots, under `after_data`), by one AK, in that order on the
+/// TPM's clock; after it, no slot holds what `before` certified and the
+/// other slot is blank ([`verify_slot_certifications`]).
+pub fn verify_rotation(
+    before: &NvCertification,
+    before_data: &[u8],
+    after: &SlotCertifications,
+    after_data: &[u8],
+) -> Result<RotationCertifiedState, AttestationError> {
+    if before.ak_public != after.current.ak_public {
+        return fail("the certifications before and after were made by different AKs");
+    }
+    if before.nv_index != after.current.nv_index && before.nv_index != after.other.nv_index {
+        return fail(format!(
+            "the certification before is of NV index {:#010x}, not one of the vault's slots",
+            before.nv_index
+        ));
+    }
+    let b = verify_nv_certification(before, None, before_data)
+        .map_err(|e| AttestationError(format!("{} (before the commit)", e.0)))?;
+    let a = verify_slot_certifications(after, None, Some(b.digest), after_data)?;
+    // The TPM's clock counts milliseconds powered on and only moves on
+    // (within one reset it never goes back): "after" must not precede "before".
+    let (bt, at) = (
+        (b.reset_count, b.clock),
+        (a.current.reset_count, a.current.clock),
+    );
+    if at < bt {
+        return fail(format!(
+            "the certification after the commit (TPM reset {}, clock {} ms) precedes the one before it (reset {}, clock {} ms)",
+            at.0, at.1, bt.0, bt.1
+        ));
+    }
+    Ok(RotationCertifiedState {
+        before: b,
+        after: a,
+    })
+}

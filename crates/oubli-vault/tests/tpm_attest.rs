@@ -7,7 +7,8 @@ mod common;
 use common::{skip_hw, Swtpm};
 use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
 use oubli_vault::tpm_attest::{
-    blank_slot_digest, verify_nv_certification, verify_slot_certifications, SlotCertifications,
+    blank_slot_digest, verify_nv_certification, verify_rotation, verify_slot_certifications,
+    SlotCertifications,
 };
 use oubli_vault::{KdfParams, TpmLocation, TpmOptions, TpmVault, Vault, VaultRecord};
 use std::sync::Arc;
@@ -193,4 +194,31 @@ fn a_tpm_whose_nv_state_was_rolled_back_is_caught_by_a_fresh_certification() {
     assert!(err.to_string().contains("still holds the erased"), "{err}");
     let err = verify_slot_certifications(&now, Some(new), None, b"verify now").unwrap_err();
     assert!(err.to_string().contains("not the expected"), "{err}");
+}
+
+#[test]
+fn a_rotation_certified_before_and_after_verifies_and_its_parts_cannot_be_swapped() {
+    hw!();
+    let tpm = Swtpm::start();
+    let v = create(&tpm);
+    let before = v.certify_nv(b"before").unwrap();
+    v.store(&rec(2)).unwrap();
+    let after = v.certify_slots(QD).unwrap();
+    let state = verify_rotation(&before, b"before", &after, QD).unwrap();
+    assert_eq!(state.after.other.nv_index, before.nv_index);
+    assert!(state.after.current.clock >= state.before.clock);
+    assert_eq!(state.after.other.digest, blank_slot_digest());
+
+    // "Before" made after the rotation: it shows the current record, which
+    // is still there.
+    let late = v.certify_nv(b"before").unwrap();
+    let err = verify_rotation(&late, b"before", &after, QD).unwrap_err();
+    assert!(err.to_string().contains("still holds"), "{err}");
+    // A "before" from another TPM is by another AK.
+    let other = Swtpm::start();
+    let foreign = create(&other).certify_nv(b"before").unwrap();
+    let err = verify_rotation(&foreign, b"before", &after, QD).unwrap_err();
+    assert!(err.to_string().contains("different AKs"), "{err}");
+    let err = verify_rotation(&before, b"another nonce", &after, QD).unwrap_err();
+    assert!(err.to_string().contains("qualifying data"), "{err}");
 }

@@ -117,7 +117,10 @@ fn certificate() -> (SignedCertificate, Vec<String>) {
                               "nv_index": 0x0150_0018, "qualifying_data": "ef".repeat(32),
                               "other_nv_index": 0x0150_0017, "other_attest": "D".repeat(200),
                               "other_signature": "E".repeat(96),
-                              "sealed_record_before": "12".repeat(32)}
+                              "sealed_record_before": "12".repeat(32),
+                              "before_nv_index": 0x0150_0017, "before_attest": "F".repeat(200),
+                              "before_signature": "G".repeat(96),
+                              "before_qualifying_data": "34".repeat(32)}
     }))
     .expect("the test's certificate fits the model");
     let signed = SigningKey::from_pkcs8_pem(KEY_PEM)

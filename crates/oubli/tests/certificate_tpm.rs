@@ -108,7 +108,8 @@ fn the_attestation_verifies_only_with_its_own_certificate() {
     let (c, current) = certified(&tpm);
     let summary = check(&c).unwrap().unwrap();
     assert!(summary.contains("TPM attestation valid"), "{summary}");
-    assert!(summary.contains("not epoch 1's"), "{summary}");
+    assert!(summary.contains("held epoch 1's record"), "{summary}");
+    assert!(summary.contains("is blank"), "{summary}");
 
     // Any fact changed breaks the binding, even under a fresh signature.
     let mut edits: Vec<(&str, Certificate)> = Vec::new();
@@ -138,13 +139,45 @@ fn the_attestation_verifies_only_with_its_own_certificate() {
         f(e.vault_attestation.as_mut().unwrap());
         check(&e).unwrap_err()
     };
-    // A "before" digest equal to what the current slot holds: the TPM's
-    // statement contradicts the certificate (an edit, or a rollback).
+    // The "before" digest must be what the TPM certified before the commit.
+    for digest in [hex::encode(current), "00".repeat(32)] {
+        let err = edit(&|a| {
+            let VaultAttestation::TpmNvCertify {
+                sealed_record_before,
+                ..
+            } = a;
+            *sealed_record_before = digest.clone();
+        });
+        assert!(err.contains("not what the TPM certified"), "{err}");
+    }
+    // The certification before the commit is checked like the others.
     let err = edit(&|a| {
         let VaultAttestation::TpmNvCertify {
+            before_qualifying_data,
+            ..
+        } = a;
+        *before_qualifying_data = "00".repeat(32);
+    });
+    assert!(err.contains("qualifying data"), "{err}");
+    // "Before" taken from after the commit (the current slot's statement) is
+    // a record that is still there.
+    let err = edit(&|a| {
+        let VaultAttestation::TpmNvCertify {
+            attest,
+            signature,
+            nv_index,
+            qualifying_data,
+            before_attest,
+            before_signature,
+            before_nv_index,
+            before_qualifying_data,
             sealed_record_before,
             ..
         } = a;
+        *before_attest = attest.clone();
+        *before_signature = signature.clone();
+        *before_nv_index = *nv_index;
+        *before_qualifying_data = qualifying_data.clone();
         *sealed_record_before = hex::encode(current);
     });
     assert!(err.contains("still holds the erased"), "{err}");

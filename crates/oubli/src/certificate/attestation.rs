@@ -1,24 +1,27 @@
-//! A certificate's TPM attestation: TPM2_NV_Certify of the vault's two slot indices, bound to the certificate, and its checks.
+//! A certificate's TPM attestation: TPM2_NV_Certify of the vault's slot indices before and after the commit, bound to the certificate, and its checks.
 //!
-//! At issue ([`TpmEvidence`]): before the commit, the SHA-256 of the sealed
-//! slot holding epoch N's record; after it, the TPM's signed digests of both
+//! At issue ([`TpmEvidence`]): before the commit, the TPM certifies the
+//! slot holding epoch N's record (under a random nonce); after it, both
 //! slots ([`oubli_vault::TpmVault::certify_slots`]) with qualifying data
 //! that hashes the rest of the certificate ([`qualifying_data`]), so the
 //! attestation cannot be lifted into another certificate. At verification
-//! ([`check`]), without a TPM: the AK's signature, the binding, that the
-//! current slot does not hold epoch N's record and the other slot is blank.
-//! With the store's TPM at hand ([`check_now`]): a fresh certification by
-//! the same AK, which says whether the TPM's NV memory holds epoch N's
-//! record again (a rolled-back simulator, or a vault restored by hand).
+//! ([`check`]), without a TPM: one AK signed all three, in that order on the
+//! TPM's clock, and after the commit no slot holds what the slot held
+//! before, the other slot being blank. With the store's TPM at hand
+//! ([`check_now`]): a fresh certification by the same AK, which says
+//! whether the TPM's NV memory holds epoch N's record again (a rolled-back
+//! simulator, or a vault restored by hand).
 //!
 //! Limits (docs/CERTIFICATE.md, "TPM attestation"): the AK is not
 //! certified by the TPM's endorsement-key certificate, so the attestation
-//! proves only that the holder of this AK signed it.
+//! proves only that the holder of this AK signed it; and that the record
+//! certified before the commit was epoch N's is the issuing host's word.
 
 use super::{Certificate, VaultAttestation};
 use base64::Engine as _;
 use oubli_vault::tpm_attest::{
-    verify_slot_certifications, NvCertification, SlotCertifications, SlotsCertifiedState,
+    verify_rotation, verify_slot_certifications, NvCertification, RotationCertifiedState,
+    SlotCertifications,
 };
 
 /// Domain separation of [`qualifying_data`].
@@ -40,24 +43,36 @@ pub fn qualifying_data(c: &Certificate) -> [u8; 32] {
         .expect("SHA-256 is 32 bytes")
 }
 
+/// The TPM's certifications around one commit, as the certificate carries
+/// them: `before` (under the nonce `before_data`) of the slot holding epoch
+/// N's record, `after` of both slots (under [`qualifying_data`]).
+pub struct Rotation {
+    pub before: NvCertification,
+    pub after: SlotCertifications,
+}
+
 /// The attestation as the certificate carries it.
-pub fn to_model(certs: &SlotCertifications, sealed_before: [u8; 32]) -> VaultAttestation {
+pub fn to_model(r: &Rotation, sealed_before: [u8; 32]) -> VaultAttestation {
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     VaultAttestation::TpmNvCertify {
-        ak_public: b64(&certs.current.ak_public),
-        attest: b64(&certs.current.attest),
-        signature: b64(&certs.current.signature),
-        nv_index: certs.current.nv_index,
-        qualifying_data: hex::encode(&certs.current.qualifying_data),
-        other_nv_index: certs.other.nv_index,
-        other_attest: b64(&certs.other.attest),
-        other_signature: b64(&certs.other.signature),
+        ak_public: b64(&r.after.current.ak_public),
+        attest: b64(&r.after.current.attest),
+        signature: b64(&r.after.current.signature),
+        nv_index: r.after.current.nv_index,
+        qualifying_data: hex::encode(&r.after.current.qualifying_data),
+        other_nv_index: r.after.other.nv_index,
+        other_attest: b64(&r.after.other.attest),
+        other_signature: b64(&r.after.other.signature),
         sealed_record_before: hex::encode(sealed_before),
+        before_nv_index: r.before.nv_index,
+        before_attest: b64(&r.before.attest),
+        before_signature: b64(&r.before.signature),
+        before_qualifying_data: hex::encode(&r.before.qualifying_data),
     }
 }
 
 /// The certifications and the sealed digest of epoch N's record, decoded.
-fn from_model(a: &VaultAttestation) -> Result<(SlotCertifications, [u8; 32]), String> {
+fn from_model(a: &VaultAttestation) -> Result<(Rotation, [u8; 32]), String> {
     let VaultAttestation::TpmNvCertify {
         ak_public,
         attest,
@@ -68,34 +83,52 @@ fn from_model(a: &VaultAttestation) -> Result<(SlotCertifications, [u8; 32]), St
         other_attest,
         other_signature,
         sealed_record_before,
+        before_nv_index,
+        before_attest,
+        before_signature,
+        before_qualifying_data,
     } = a;
     let b64 = |what: &str, s: &str| {
         base64::engine::general_purpose::STANDARD
             .decode(s)
             .map_err(|_| format!("the TPM attestation's {what} is not base64"))
     };
-    let qualifying_data = hex::decode(qualifying_data)
-        .map_err(|_| "the TPM attestation's qualifying data is not hex".to_string())?;
-    let before: [u8; 32] = hex::decode(sealed_record_before)
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or("the TPM attestation's sealed_record_before is not a hex SHA-256")?;
+    let hex = |what: &str, s: &str| {
+        hex::decode(s).map_err(|_| format!("the TPM attestation's {what} is not hex"))
+    };
+    let after_data = hex("qualifying_data", qualifying_data)?;
+    let before: [u8; 32] = hex("sealed_record_before", sealed_record_before)?
+        .try_into()
+        .map_err(|_| "the TPM attestation's sealed_record_before is not a SHA-256".to_string())?;
     let ak_public = b64("ak_public", ak_public)?;
+    let cert = |index: u32, attest: Vec<u8>, signature: Vec<u8>, data: &[u8]| NvCertification {
+        ak_public: ak_public.clone(),
+        nv_index: index,
+        attest,
+        signature,
+        qualifying_data: data.to_vec(),
+    };
     Ok((
-        SlotCertifications {
-            current: NvCertification {
-                ak_public: ak_public.clone(),
-                nv_index: *nv_index,
-                attest: b64("attest", attest)?,
-                signature: b64("signature", signature)?,
-                qualifying_data: qualifying_data.clone(),
-            },
-            other: NvCertification {
-                ak_public,
-                nv_index: *other_nv_index,
-                attest: b64("other_attest", other_attest)?,
-                signature: b64("other_signature", other_signature)?,
-                qualifying_data,
+        Rotation {
+            before: cert(
+                *before_nv_index,
+                b64("before_attest", before_attest)?,
+                b64("before_signature", before_signature)?,
+                &hex("before_qualifying_data", before_qualifying_data)?,
+            ),
+            after: SlotCertifications {
+                current: cert(
+                    *nv_index,
+                    b64("attest", attest)?,
+                    b64("signature", signature)?,
+                    &after_data,
+                ),
+                other: cert(
+                    *other_nv_index,
+                    b64("other_attest", other_attest)?,
+                    b64("other_signature", other_signature)?,
+                    &after_data,
+                ),
             },
         },
         before,
@@ -128,35 +161,38 @@ pub fn check(c: &Certificate) -> Result<Option<String>, String> {
         return Ok(None);
     };
     let state = check_model(c, a)?;
+    let (before, after) = (&state.before, &state.after);
     Ok(Some(format!(
-        "TPM attestation valid: NV index {:#010x} holds a record of SHA-256 {}, not epoch {}'s; \
-         the other slot {:#010x} is blank; signed by TPM attestation key {} at TPM clock {} ms \
-         (reset {}, restart {}). The key is not tied to a TPM by an endorsement certificate: \
-         pin it (docs/CERTIFICATE.md)",
-        state.current.nv_index,
-        hex::encode(state.current.digest),
+        "TPM attestation valid: before the commit NV index {:#010x} held epoch {}'s record \
+         (SHA-256 {}, TPM clock {} ms); after it, index {:#010x} holds another record \
+         (SHA-256 {}, TPM clock {} ms) and index {:#010x} is blank. Signed by TPM attestation \
+         key {}, which no endorsement certificate ties to a TPM: pin it (docs/CERTIFICATE.md)",
+        before.nv_index,
         c.store.epoch_before,
-        state.other.nv_index,
-        hex::encode(&state.current.ak_name),
-        state.current.clock,
-        state.current.reset_count,
-        state.current.restart_count,
+        hex::encode(before.digest),
+        before.clock,
+        after.current.nv_index,
+        hex::encode(after.current.digest),
+        after.current.clock,
+        after.other.nv_index,
+        hex::encode(&after.current.ak_name),
     )))
 }
 
 /// The attestation is of a TPM vault, of its two slots (the location the
-/// certificate names), signed by the AK over this certificate's
-/// [`qualifying_data`]; the current slot does not hold epoch N's sealed
-/// record and the other is blank.
-fn check_model(c: &Certificate, a: &VaultAttestation) -> Result<SlotsCertifiedState, String> {
+/// certificate names), signed by one AK: before the commit, over a nonce,
+/// the slot holding a record of `sealed_record_before`; after it, over this
+/// certificate's [`qualifying_data`], the current slot holding another
+/// record and the other slot blank, later on the TPM's clock.
+fn check_model(c: &Certificate, a: &VaultAttestation) -> Result<RotationCertifiedState, String> {
     if c.method.vault_kind != "tpm2" {
         return Err(format!(
             "it carries a TPM attestation but its vault is of kind {:?}",
             c.method.vault_kind
         ));
     }
-    let (certs, before) = from_model(a)?;
-    let mut slots = [certs.current.nv_index, certs.other.nv_index];
+    let (r, sealed_before) = from_model(a)?;
+    let mut slots = [r.after.current.nv_index, r.after.other.nv_index];
     slots.sort_unstable();
     if slots != slot_indices(c)? {
         return Err(format!(
@@ -164,8 +200,20 @@ fn check_model(c: &Certificate, a: &VaultAttestation) -> Result<SlotsCertifiedSt
             slots[0], slots[1], c.method.vault_location
         ));
     }
-    verify_slot_certifications(&certs, None, Some(before), &qualifying_data(c))
-        .map_err(|e| e.to_string())
+    let state = verify_rotation(
+        &r.before,
+        &r.before.qualifying_data,
+        &r.after,
+        &qualifying_data(c),
+    )
+    .map_err(|e| e.to_string())?;
+    if state.before.digest != sealed_before {
+        return Err(
+            "the TPM attestation's sealed_record_before is not what the TPM certified before the commit"
+                .into(),
+        );
+    }
+    Ok(state)
 }
 
 #[cfg(feature = "tpm")]
@@ -179,17 +227,19 @@ mod with_tpm {
     use std::sync::Arc;
 
     /// What a command that certifies an erasure on a TPM vault keeps across
-    /// its commit: a handle on the vault and the SHA-256 of the sealed slot
-    /// that held epoch N's record.
+    /// its commit: a handle on the vault and the TPM's certification of
+    /// the slot holding epoch N's record.
     pub struct TpmEvidence {
         vault: TpmVault,
+        before: NvCertification,
         sealed_before: [u8; 32],
     }
 
     impl TpmEvidence {
         /// Before the commit: opens the vault at `location` (as the user
-        /// wrote it) if it is a TPM vault, and records the sealed digest of
-        /// the current record. `Ok(None)` for any other kind of vault.
+        /// wrote it) if it is a TPM vault, and has the TPM certify the slot
+        /// holding the current record (under a random nonce). `Ok(None)`
+        /// for any other kind of vault.
         pub fn before_commit(
             location: &str,
             password: &SecretBytes,
@@ -198,18 +248,26 @@ mod with_tpm {
             let Some(vault) = open_tpm(location, password, provider)? else {
                 return Ok(None);
             };
-            let sealed_before = vault.current_record_digest()?;
+            let nonce = super::super::random_bytes::<32>();
+            let before = vault.certify_slots(&nonce)?.current;
+            let state = oubli_vault::tpm_attest::verify_nv_certification(&before, None, &nonce)
+                .map_err(|e| VaultError::Corrupt(e.to_string()))?;
             Ok(Some(TpmEvidence {
                 vault,
-                sealed_before,
+                before,
+                sealed_before: state.digest,
             }))
         }
 
         /// After the commit, with every other field of `c` filled in: the
         /// TPM certifies both slots, bound to `c`.
         pub fn attest(&self, c: &Certificate) -> Result<VaultAttestation, VaultError> {
-            let certs = self.vault.certify_slots(&qualifying_data(c))?;
-            Ok(to_model(&certs, self.sealed_before))
+            let after = self.vault.certify_slots(&qualifying_data(c))?;
+            let rotation = Rotation {
+                before: self.before.clone(),
+                after,
+            };
+            Ok(to_model(&rotation, self.sealed_before))
         }
     }
 
@@ -240,6 +298,7 @@ mod with_tpm {
             Ok(decoded) => decoded,
             Err(e) => return Ok(vec![e]),
         };
+        let then = then.after;
         let nonce = super::super::random_bytes::<32>();
         let now = vault.certify_slots(&nonce)?;
         let mut problems = Vec::new();

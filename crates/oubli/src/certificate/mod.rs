@@ -13,7 +13,6 @@
 //! store as it is now).
 
 pub mod attestation;
-pub mod measure;
 pub mod render;
 pub mod sign;
 pub mod verify;
@@ -291,6 +290,13 @@ pub enum VaultAttestation {
         /// Hex SHA-256 of the sealed slot that held epoch N's record (what
         /// NV_Certify would report for it): no slot may hold it again.
         sealed_record_before: String,
+        /// The TPM's certification, before the commit, of the slot holding
+        /// epoch N's record (same AK; hex qualifying data: a random nonce):
+        /// `sealed_record_before` is what the TPM said, not what the host says.
+        before_nv_index: u32,
+        before_attest: String,
+        before_signature: String,
+        before_qualifying_data: String,
     },
 }
 

@@ -13,6 +13,7 @@
 //! store as it is now).
 
 pub mod attestation;
+pub mod measure;
 pub mod render;
 pub mod sign;
 pub mod verify;

@@ -20,8 +20,7 @@
 use super::{Certificate, VaultAttestation};
 use base64::Engine as _;
 use oubli_vault::tpm_attest::{
-    verify_rotation, verify_slot_certifications, NvCertification, RotationCertifiedState,
-    SlotCertifications,
+    verify_rotation, NvCertification, RotationCertifiedState, SlotCertifications,
 };
 
 /// Domain separation of [`qualifying_data`].
@@ -223,6 +222,7 @@ pub use with_tpm::*;
 mod with_tpm {
     use super::*;
     use oubli_crypto::{CryptoProvider, SecretBytes};
+    use oubli_vault::tpm_attest::verify_slot_certifications;
     use oubli_vault::{TpmLocation, TpmVault, VaultError, VaultLocation};
     use std::sync::Arc;
 
@@ -313,4 +313,59 @@ mod with_tpm {
         }
         Ok(problems)
     }
+
+    /// `verify --store` when the vault at `location` (as the user wrote
+    /// it) is a TPM vault: opens it and runs [`check_now`]; `Ok(None)` for
+    /// any other kind of vault.
+    pub fn check_now_at(
+        location: &str,
+        password: &SecretBytes,
+        provider: Arc<dyn CryptoProvider>,
+        c: &Certificate,
+    ) -> Result<Option<Vec<String>>, VaultError> {
+        match open_tpm(location, password, provider)? {
+            Some(vault) => check_now(&vault, c).map(Some),
+            None => Ok(None),
+        }
+    }
 }
+
+/// Stand-ins in a build without TPM support: no vault is a TPM vault (the
+/// store itself refuses `tpm:` locations there), so there is no evidence
+/// to take; a certificate's attestation is still checked by [`check`].
+#[cfg(not(feature = "tpm"))]
+mod without_tpm {
+    use super::*;
+    use oubli_crypto::{CryptoProvider, SecretBytes};
+    use oubli_vault::VaultError;
+    use std::sync::Arc;
+
+    /// Never made in a build without TPM support.
+    pub enum TpmEvidence {}
+
+    impl TpmEvidence {
+        pub fn before_commit(
+            _location: &str,
+            _password: &SecretBytes,
+            _provider: Arc<dyn CryptoProvider>,
+        ) -> Result<Option<TpmEvidence>, VaultError> {
+            Ok(None)
+        }
+
+        pub fn attest(&self, _c: &Certificate) -> Result<VaultAttestation, VaultError> {
+            match *self {}
+        }
+    }
+
+    pub fn check_now_at(
+        _location: &str,
+        _password: &SecretBytes,
+        _provider: Arc<dyn CryptoProvider>,
+        _c: &Certificate,
+    ) -> Result<Option<Vec<String>>, VaultError> {
+        Ok(None)
+    }
+}
+
+#[cfg(not(feature = "tpm"))]
+pub use without_tpm::*;

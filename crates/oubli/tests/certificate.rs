@@ -695,3 +695,35 @@ fn umount_certifies_the_mounts_final_commit() {
         .contains(m.at()));
     assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
 }
+
+/// A TPM vault (swtpm): the certificate carries the TPM's NV_Certify of the
+/// vault's slots, `verify` checks it, and `verify --store` has the TPM
+/// certify its slots again. swtpm is a simulator (its NV memory is a host
+/// file): the certificate says so and is not a Purge.
+#[cfg(feature = "tpm")]
+#[test]
+fn a_tpm_vault_certificate_carries_the_tpms_attestation() {
+    if hw::skip_hw() {
+        return;
+    }
+    let tpm = hw::Swtpm::start();
+    let address = format!("tpm:{}", tpm.location());
+    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
+    env.put("in-tpm-store", &[3u8; 4096]);
+    let c = env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
+    assert_eq!(items(&c), [("name".into(), "in-tpm-store".into(), 4096)]);
+    assert_erasure(&c, "clear");
+    let m = &c["certificate"]["method"];
+    assert_eq!(m["vault_kind"], "tpm2");
+    assert!(
+        m["statement"].as_str().unwrap().contains("TPM simulator"),
+        "{m}"
+    );
+    let a = &c["certificate"]["vault_attestation"];
+    assert_eq!(a["kind"], "tpm_nv_certify", "{a}");
+    let (code, out) = env.verify("c.json", "a.pub", false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("TPM attestation valid"), "{out}");
+    let (code, out) = env.verify("c.json", "a.pub", true);
+    assert_eq!(code, 0, "{out}");
+}

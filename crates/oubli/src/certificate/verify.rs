@@ -65,6 +65,9 @@ pub struct StoreNow {
     /// The audit now: deleted units that still open, and older vault keys.
     pub leaked_units: u64,
     pub vault_leftover_epochs: Vec<u64>,
+    /// What the vault's hardware says now against the certificate's
+    /// attestation (a TPM certifying its NV indices again).
+    pub attestation_problems: Vec<String>,
 }
 
 /// What `verify --store` found wrong; empty when the erasure holds.
@@ -137,6 +140,7 @@ pub fn check_against_store(signed: &SignedCertificate, now: &StoreNow) -> Vec<St
             now.vault_leftover_epochs
         ));
     }
+    problems.extend(now.attestation_problems.iter().cloned());
     if c.erased.names.show("").is_err() {
         problems.push("the certificate's salt is unreadable".into());
     }

@@ -16,7 +16,7 @@ use oubli::certificate::sign::{public_key_from_pem, SigningKey};
 use oubli::certificate::verify::{check_against_store, check_signature, StoreNow};
 use oubli::certificate::{
     self as cert, EpochTotals, ErasedItem, ItemKind, MediumKind, NameForm, Outcome, RetainedItem,
-    SignedCertificate, Tool, VaultAttestation,
+    SignedCertificate, Tool,
 };
 use oubli::{exit, Error, Store};
 use std::fs::File;
@@ -134,6 +134,42 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
     }))
 }
 
+#[cfg(feature = "tpm")]
+use oubli::certificate::attestation::TpmEvidence;
+/// Without TPM support no vault is a TPM's: there is no evidence to take.
+#[cfg(not(feature = "tpm"))]
+pub enum TpmEvidence {}
+
+/// With a TPM vault (`tpm:...`): the TPM's certification of the slot that
+/// holds epoch N's record, before the commit (docs/CERTIFICATE.md, "TPM
+/// attestation"); `None` for any other vault.
+fn tpm_evidence(
+    g: &Global,
+    password: Option<&oubli::SecretBytes>,
+) -> Result<Option<TpmEvidence>, Failure> {
+    #[cfg(feature = "tpm")]
+    {
+        let Some(location) = g.vault.to_str().filter(|v| v.starts_with("tpm:")) else {
+            return Ok(None);
+        };
+        let asked;
+        let password = match password {
+            Some(p) => p,
+            None => {
+                asked = g.password()?;
+                &asked
+            }
+        };
+        TpmEvidence::before_commit(location, password, session::provider())
+            .map_err(|e| g.fail(Error::Vault(e)))
+    }
+    #[cfg(not(feature = "tpm"))]
+    {
+        let _ = (g, password);
+        Ok(None)
+    }
+}
+
 /// What was pending erasure before the command's commit(s).
 pub struct Tally {
     /// The store before anything: its epoch and vault record are the ones
@@ -141,6 +177,7 @@ pub struct Tally {
     before: Measure,
     /// Everything the commit(s) erase, measured as late as possible.
     totals: EpochTotals,
+    tpm: Option<TpmEvidence>,
 }
 
 fn measure(g: &Global, store: &Store) -> Result<Measure, Failure> {
@@ -161,10 +198,12 @@ pub fn open(g: &Global, certify: bool) -> Result<(Session, Option<Tally>), Failu
     let look = g.open_with(Access::Read, None, password.clone())?;
     let before = measure(g, &look.store)?;
     drop(look);
+    let tpm = tpm_evidence(g, Some(&password))?;
     let session = g.open_with(Access::Write, lock, password)?;
     let tally = Tally {
         totals: before.pending.clone(),
         before,
+        tpm,
     };
     Ok((session, Some(tally)))
 }
@@ -218,7 +257,7 @@ pub fn finish(
     write(
         request,
         g,
-        (&tally.before, tally.totals, &after),
+        (&tally.before, tally.totals, &after, tally.tpm.as_ref()),
         command,
         items,
         retained,
@@ -232,7 +271,7 @@ pub fn finish(
 pub fn write(
     mut request: Request,
     g: &Global,
-    (before, totals, after): (&Measure, EpochTotals, &Measure),
+    (before, totals, after, tpm): (&Measure, EpochTotals, &Measure, Option<&TpmEvidence>),
     command: &str,
     items: Vec<ErasedItem>,
     retained: Vec<RetainedItem>,
@@ -247,7 +286,20 @@ pub fn write(
         location: g.store_shown().display().to_string(),
         tool: tool(),
     };
-    let certificate = cert::measure::build(before, after, statement);
+    let mut certificate = cert::measure::build(before, after, statement);
+    if let Some(evidence) = tpm {
+        // Last: the TPM's attestation is bound to every other field.
+        #[cfg(feature = "tpm")]
+        {
+            certificate.vault_attestation = Some(
+                evidence
+                    .attest(&certificate)
+                    .map_err(|e| g.fail(Error::Vault(e)))?,
+            );
+        }
+        #[cfg(not(feature = "tpm"))]
+        match *evidence {}
+    }
     let outcome = certificate.verification.outcome;
     let signed = request.key.sign(certificate);
     let mut file = request.file.take().expect("written once");
@@ -312,19 +364,13 @@ pub fn purge_live(
     let Some(before) = measure_live(g)? else {
         return Ok(Err(request));
     };
+    let tpm = tpm_evidence(g, None)?;
     let reply = g.control("purge")?.ok_or_else(|| gone(g))?;
     reply.map_err(|e| g.control_failure(e))?;
     let after = measure_live_required(g)?;
     let totals = before.pending.clone();
-    write(
-        request,
-        g,
-        (&before, totals, &after),
-        command,
-        items,
-        retained,
-    )
-    .map(Ok)
+    let measures = (&before, totals, &after, tpm.as_ref());
+    write(request, g, measures, command, items, retained).map(Ok)
 }
 
 fn gone(g: &Global) -> Failure {
@@ -338,21 +384,31 @@ fn gone(g: &Global) -> Failure {
 /// and exit: opens the store (so the password is needed), commits if that
 /// final commit did not (nothing had changed), and measures the erasure
 /// against `before`, taken through the control socket before unmounting.
-pub fn after_unmount(request: Request, g: &Global, before: &Measure) -> Result<String, Failure> {
+pub fn after_unmount(request: Request, g: &Global, before: &Unmounting) -> Result<String, Failure> {
     let session = g.open(Access::Write)?;
-    if session.store.epoch() <= before.epoch {
+    if session.store.epoch() <= before.measure.epoch {
         session.store.commit().map_err(|e| g.fail(e))?;
     }
     let after = measure(g, &session.store)?;
-    let totals = before.pending.clone();
-    write(
-        request,
-        g,
-        (before, totals, &after),
-        "oubli umount",
-        Vec::new(),
-        Vec::new(),
-    )
+    let totals = before.measure.pending.clone();
+    let measures = (&before.measure, totals, &after, before.tpm.as_ref());
+    write(request, g, measures, "oubli umount", Vec::new(), Vec::new())
+}
+
+/// What `oubli umount --certificate` takes before unmounting.
+pub struct Unmounting {
+    measure: Measure,
+    tpm: Option<TpmEvidence>,
+}
+
+/// Before `oubli umount` unmounts: the mount's measure (and the TPM's
+/// evidence). `None` when no mount process answers.
+pub fn before_unmount(g: &Global) -> Result<Option<Unmounting>, Failure> {
+    let Some(measure) = measure_live(g)? else {
+        return Ok(None);
+    };
+    let tpm = tpm_evidence(g, None)?;
+    Ok(Some(Unmounting { measure, tpm }))
 }
 
 /// [`measure_live`] where a live process is required.
@@ -436,12 +492,7 @@ fn read(file: &Path) -> Result<SignedCertificate, Failure> {
 /// The TPM's attestation, where there is one: checked by the TPM code,
 /// without the TPM (the attestation key's public part is in it).
 fn check_attestation(signed: &SignedCertificate) -> Result<Option<String>, String> {
-    match &signed.certificate.vault_attestation {
-        None => Ok(None),
-        Some(VaultAttestation::TpmNvCertify { .. }) => {
-            Err("it carries a TPM attestation, which this build of oubli cannot check".into())
-        }
-    }
+    cert::attestation::check(&signed.certificate)
 }
 
 fn verify(
@@ -542,5 +593,15 @@ fn store_now(g: &Global, signed: &SignedCertificate) -> Result<StoreNow, Failure
     let audit = store.audit().map_err(|e| g.fail(e))?;
     now.leaked_units = audit.leaked_units as u64;
     now.vault_leftover_epochs = audit.vault_leftover_epochs;
+    // A TPM vault certifies its NV indices again, now: does any hold epoch
+    // N's record (a TPM whose NV memory was rolled back)?
+    #[cfg(feature = "tpm")]
+    if let Some(location) = g.vault.to_str().filter(|v| v.starts_with("tpm:")) {
+        use oubli::certificate::attestation::{check_now, open_tpm};
+        let failed = |e| g.fail(Error::Vault(e));
+        if let Some(tpm) = open_tpm(location, &password, provider.clone()).map_err(failed)? {
+            now.attestation_problems = check_now(&tpm, c).map_err(failed)?;
+        }
+    }
     Ok(now)
 }

@@ -663,7 +663,7 @@ pub fn umount(g: &Global, a: UmountArgs) -> Result<String, Failure> {
     // before it unmounts (its final commit erases it).
     let certificate = crate::cert_cmd::prepare(&a.cert, true)?;
     let before = match certificate {
-        Some(_) => Some(crate::cert_cmd::measure_live(g)?.ok_or_else(|| {
+        Some(_) => Some(crate::cert_cmd::before_unmount(g)?.ok_or_else(|| {
             Failure::usage(format!(
                 "no mount process answers for the store of {}: --certificate needs it (nothing was unmounted)",
                 mountpoint.display()

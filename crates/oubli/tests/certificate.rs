@@ -22,6 +22,8 @@ const PUB_B: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEApi69czjmeSNhLgR
 struct Env {
     dir: TempDir,
     vault: String,
+    /// `--store`: the directory `store` in `dir`, or `nand:IMAGE`.
+    store: PathBuf,
     envs: Vec<(String, String)>,
 }
 
@@ -42,7 +44,13 @@ impl Env {
         ] {
             std::fs::write(dir.path().join(name), text).unwrap();
         }
-        let env = Env { dir, vault, envs };
+        let store = dir.path().join("store");
+        let env = Env {
+            dir,
+            vault,
+            store,
+            envs,
+        };
         env.ok(&["init", "--kdf-memory", "1", "--kdf-iterations", "1"]);
         env
     }
@@ -51,8 +59,33 @@ impl Env {
         self.dir.path().join(name)
     }
 
+    /// A store on a simulated NAND chip, its vault in the chip.
+    fn on_nand() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("nand:{}", dir.path().join("chip.img").display());
+        for (name, text) in [("a.pem", KEY_A), ("a.pub", PUB_A)] {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let env = Env {
+            dir,
+            vault: "nand".into(),
+            store: store.into(),
+            envs: Vec::new(),
+        };
+        env.ok(&[
+            "init",
+            "--kdf-memory",
+            "1",
+            "--kdf-iterations",
+            "1",
+            "--nand-geometry",
+            "2048x64x256",
+        ]);
+        env
+    }
+
     fn store(&self) -> PathBuf {
-        self.path("store")
+        self.store.clone()
     }
 
     /// `oubli` with nothing but this store's vault and password (and no
@@ -726,4 +759,21 @@ fn a_tpm_vault_certificate_carries_the_tpms_attestation() {
     assert!(out.contains("TPM attestation valid"), "{out}");
     let (code, out) = env.verify("c.json", "a.pub", true);
     assert_eq!(code, 0, "{out}");
+}
+
+/// A store on a simulated NAND chip: the medium is named as such, and the
+/// chip's vault, an image file here, makes no Purge.
+#[test]
+fn a_nand_store_certificate_names_the_chip_and_is_not_a_purge() {
+    let env = Env::on_nand();
+    env.put("on-chip", &[5u8; 3000]);
+    let c = env.certified(&["rm", "on-chip", "--purge"], "c.json");
+    assert_eq!(items(&c), [("name".into(), "on-chip".into(), 3000)]);
+    let store = &c["certificate"]["store"];
+    assert_eq!(store["medium"], "nand", "{store}");
+    assert!(store["location"].as_str().unwrap().contains("chip.img"));
+    assert_erasure(&c, "clear");
+    let statement = c["certificate"]["method"]["statement"].as_str().unwrap();
+    assert!(statement.contains("simulated NAND"), "{statement}");
+    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
 }

@@ -396,7 +396,10 @@ pub fn audit_limits() -> Vec<String> {
 
 /// The method paragraph and category for a vault.
 pub fn method_for(info: &oubli_core::VaultInfo) -> Method {
-    let category = if info.overwrite_is_erasure {
+    // A `nand` vault erases its blocks on a real chip, but every chip this
+    // build drives is simulated in an image file (`--store nand:IMAGE`).
+    let simulated_chip = info.kind == "nand";
+    let category = if info.overwrite_is_erasure && !simulated_chip {
         Category::Purge
     } else {
         Category::Clear
@@ -413,6 +416,7 @@ pub fn method_for(info: &oubli_core::VaultInfo) -> Method {
                 "file" => "a file, whose medium",
                 "pkcs11" => "a software token (such as SoftHSM) whose objects are host files; their medium",
                 "tpm2" => "a TPM simulator whose NV memory is a host file; its medium",
+                "nand" => "a simulated NAND chip whose image is a host file; its medium",
                 _ => "a medium that",
             };
             format!(
@@ -478,6 +482,9 @@ mod tests {
             assert!(m.statement.contains("NOT a Purge"), "{}", m.statement);
             assert!(m.statement.contains("host file"), "{}", m.statement);
         }
+        let m = method_for(&info("nand", true));
+        assert_eq!(m.category, Category::Clear);
+        assert!(m.statement.contains("simulated NAND"), "{}", m.statement);
         let m = method_for(&info("file", false));
         assert_eq!(m.category, Category::Clear);
         assert!(m.statement.contains("NOT a Purge"), "{}", m.statement);

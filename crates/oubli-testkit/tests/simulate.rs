@@ -1,6 +1,6 @@
 //! The seeded simulator (issue 41): a fixed budget of seeds and the regression seeds, the mutation check of each oracle part, and the entry point of scripts/simulate.
 
-use oubli_testkit::sim::{self, Config, Failure, Mutation};
+use oubli_testkit::sim::{self, Config, Failure, MediumKind, Mutation};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -19,10 +19,19 @@ fn regression_seeds() -> Vec<(u64, Config)> {
         .filter_map(|mut words| {
             let seed = words.next()?.parse().expect("a seed is a u64");
             let mut config = Config::default();
-            for flag in words {
+            while let Some(flag) = words.next() {
+                if flag == "--medium" {
+                    let name = words.next().expect("sim-seeds: --medium takes a name");
+                    config.medium = Some(
+                        MediumKind::parse(name)
+                            .unwrap_or_else(|| panic!("sim-seeds: no medium {name}")),
+                    );
+                    continue;
+                }
                 match flag {
                     "--no-full" => config.full = false,
                     "--no-race" => config.race = false,
+                    "--no-slow" => config.slow = false,
                     other => panic!("sim-seeds: unknown flag {other}"),
                 }
             }
@@ -136,6 +145,13 @@ fn a_flush_that_syncs_nothing_is_caught() {
     );
 }
 
+#[test]
+fn a_vault_hang_past_the_simulated_deadline_is_caught() {
+    // A hang is bounded in the suite's seeds (a slow call that then fails
+    // or succeeds); one that outlasts the deadline must fail the seed.
+    mutation_is_caught(Mutation::UnboundedHang, &["past its simulated deadline"]);
+}
+
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().map(|v| {
         v.parse()
@@ -158,6 +174,14 @@ fn simulate() {
     }
     if std::env::var_os("OUBLI_SIM_NO_RACE").is_some() {
         config.race = false;
+    }
+    if std::env::var_os("OUBLI_SIM_NO_SLOW").is_some() {
+        config.slow = false;
+    }
+    if let Ok(m) = std::env::var("OUBLI_SIM_MEDIUM") {
+        config.medium = Some(
+            MediumKind::parse(&m).unwrap_or_else(|| panic!("no medium {m} (mem|dir|file|nand)")),
+        );
     }
     if let Ok(m) = std::env::var("OUBLI_SIM_MUTATION") {
         config.mutation = Some(Mutation::parse(&m).unwrap_or_else(|| panic!("no mutation {m}")));

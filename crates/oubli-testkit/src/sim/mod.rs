@@ -26,6 +26,7 @@
 //! threads, which shuttle cannot schedule without replacing them.
 
 pub mod crypto;
+pub mod media;
 pub mod medium;
 pub mod vault;
 
@@ -34,6 +35,7 @@ use crate::harness;
 use crate::marker::{self, BLOCK};
 use crate::workload::{Runner, Step, Workload};
 pub use crypto::SimProvider;
+pub use media::{MediumKind, SimClock, SIM_STEP_DEADLINE};
 pub use medium::SimMedium;
 use oubli_core::{CreateOptions, Error, Medium, Options, Store, Vault, ROOT_DIR};
 use oubli_crypto::{CryptoProvider, SecretKey};
@@ -57,19 +59,23 @@ pub enum Mutation {
     StuckRandom,
     /// `sync` reports success without making anything durable.
     SkipSync,
+    /// A vault hang outlasts the step's simulated deadline.
+    UnboundedHang,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 3] = [
+    pub const ALL: [Mutation; 4] = [
         Mutation::DropVaultWipe,
         Mutation::StuckRandom,
         Mutation::SkipSync,
+        Mutation::UnboundedHang,
     ];
     pub fn name(self) -> &'static str {
         match self {
             Mutation::DropVaultWipe => "drop-vault-wipe",
             Mutation::StuckRandom => "stuck-random",
             Mutation::SkipSync => "skip-sync",
+            Mutation::UnboundedHang => "unbounded-hang",
         }
     }
     pub fn parse(name: &str) -> Option<Mutation> {
@@ -90,6 +96,11 @@ pub struct Config {
     /// Whether large writes run with an operation interleaved
     /// (`--no-race` leaves them out, to look past a race one has found).
     pub race: bool,
+    /// The medium every seed runs on (`--medium`); `None`: picked per seed.
+    pub medium: Option<MediumKind>,
+    /// Whether slow medium and vault calls and vault hangs are simulated
+    /// (`--no-slow` leaves them out).
+    pub slow: bool,
 }
 
 impl Default for Config {
@@ -100,6 +111,8 @@ impl Default for Config {
             mutation: None,
             full: true,
             race: true,
+            medium: None,
+            slow: true,
         }
     }
 }
@@ -116,6 +129,12 @@ impl Config {
         }
         if !self.race {
             cmd += " --no-race";
+        }
+        if let Some(m) = self.medium {
+            cmd += &format!(" --medium {}", m.name());
+        }
+        if !self.slow {
+            cmd += " --no-slow";
         }
         if let Some(m) = self.mutation {
             cmd += &format!(" --mutation {}", m.name());
@@ -318,6 +337,8 @@ struct Sim {
     progress: Arc<AtomicU64>,
     faults: BTreeMap<&'static str, u64>,
     steps: usize,
+    /// The medium kind, the clock and the slow faults (sim/media.rs).
+    media: media::SimMedia,
 }
 
 /// Tear modes a power cut picks from. An in-order medium (as S3's is)
@@ -354,11 +375,14 @@ impl Sim {
         let mut options = harness::options(seed);
         let provider = Arc::new(SimProvider::new(options.provider.clone()));
         options.provider = provider.clone();
-        let medium = Arc::new(SimMedium::new(memory(
-            seed,
-            oubli_media::MemMedium::with_segment_capacity(harness::TEST_SEGMENT),
-        )));
-        let vault = Arc::new(SimVault::empty());
+        let mut media = media::SimMedia::new(seed, &config);
+        let medium = media
+            .medium(memory(
+                seed,
+                oubli_media::MemMedium::with_segment_capacity(harness::TEST_SEGMENT),
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let vault = Arc::new(media.vault());
         if config.mutation == Some(Mutation::DropVaultWipe) {
             vault.keep_records.store(true, Ordering::SeqCst);
         }
@@ -381,7 +405,7 @@ impl Sim {
             Some(Mutation::SkipSync) => medium.skip_sync.store(true, Ordering::SeqCst),
             _ => {}
         }
-        let sim = Sim {
+        let mut sim = Sim {
             seed,
             config,
             rng,
@@ -402,11 +426,13 @@ impl Sim {
             progress,
             faults: BTreeMap::new(),
             steps: 0,
+            media,
         };
+        sim.faults.insert(sim.media.kind.report_key(seed), 1);
         sim.note(format!(
             "seed {seed}: scheme {}, {} medium, {} steps, {}",
             harness::scheme_name(scheme),
-            if in_order(seed) { "in-order" } else { "memory" },
+            sim.media.kind.label(seed),
             sim.config.steps,
             sim.config
                 .mutation
@@ -457,12 +483,14 @@ impl Sim {
         for (i, step) in workload.steps.iter().enumerate() {
             self.steps = i + 1;
             self.progress.store(i as u64 + 1, Ordering::SeqCst);
+            self.arm_slow(i);
             if let Some(extra) = self.extra() {
                 self.extra_step(i, extra)?;
                 self.remember();
             }
             self.workload_step(i, step)?;
             self.remember();
+            self.media.check_deadline(i)?;
             if let Some(reuse) = self.provider.reuse() {
                 return Err(format!("a (key, nonce) pair sealed two messages: {reuse}"));
             }
@@ -543,9 +571,11 @@ impl Sim {
             Armed::MainVault(f) => {
                 self.vault.arm(f);
                 self.note_fault(vault_kind(f, false), format!("#{i} arm main vault {f:?}"));
+                self.hang_before(i, None);
             }
             Armed::ShareVault(s, f) => {
                 self.shares[s].vault.arm(f);
+                self.hang_before(i, Some(s));
                 let name = self.shares[s].name.clone();
                 self.note_fault(
                     vault_kind(f, true),
@@ -751,7 +781,7 @@ impl Sim {
         self.next_share += 1;
         let name = format!("t{}", self.next_share);
         let address = format!("mem:{name}");
-        let vault = Arc::new(SimVault::empty());
+        let vault = Arc::new(self.media.vault());
         if self.config.mutation == Some(Mutation::DropVaultWipe) {
             vault.keep_records.store(true, Ordering::SeqCst);
         }
@@ -950,7 +980,7 @@ impl Sim {
             .recording()
             .inner()
             .crash(tear, self.seed ^ i as u64);
-        let medium = Arc::new(SimMedium::new(memory(self.seed, survived)));
+        let medium = self.media.medium(memory(self.seed, survived))?;
         medium.skip_sync.store(
             self.medium.skip_sync.load(Ordering::SeqCst),
             Ordering::SeqCst,
@@ -1096,6 +1126,9 @@ impl Sim {
 
     fn open(&mut self) -> Result<Store, String> {
         *self.faults.entry("reopen").or_default() += 1;
+        self.medium
+            .reopen_backend()
+            .map_err(|e| format!("the real medium does not open again: {e}"))?;
         let store = Store::open(
             self.medium.clone() as Arc<dyn Medium>,
             self.vault.clone(),
@@ -1205,6 +1238,46 @@ impl Sim {
         Ok(())
     }
 }
+
+// sim-media-begin (slow calls and hangs: sim/media.rs)
+impl Sim {
+    /// Before a step: clears what the last step's slow fault left, and
+    /// maybe arms a slow one (from its own stream, see [`media::SimMedia`]).
+    fn arm_slow(&mut self, i: usize) {
+        let shares: Vec<(String, Arc<SimVault>)> = self
+            .shares
+            .iter()
+            .filter(|s| !s.destroyed)
+            .map(|s| (s.name.clone(), s.vault.clone()))
+            .collect();
+        let mut vaults: Vec<(&str, &SimVault)> = vec![("main", &*self.vault)];
+        vaults.extend(shares.iter().map(|(n, v)| (n.as_str(), &**v)));
+        let all: Vec<&SimVault> = vaults.iter().map(|(_, v)| *v).collect();
+        self.media.start_step(&self.medium, &all);
+        if let Some((kind, line)) = self.media.arm_slow(i, &self.medium, &vaults) {
+            self.note_fault(kind, line);
+        }
+    }
+
+    /// A vault fault was armed: the vault may first hang (bounded).
+    fn hang_before(&mut self, i: usize, share: Option<usize>) {
+        let vault = match share {
+            Some(s) => self.shares[s].vault.clone(),
+            None => self.vault.clone(),
+        };
+        if let Some(took) = self.media.hang_before(&vault) {
+            let (kind, name) = match share {
+                Some(s) => ("share vault hang", self.shares[s].name.clone()),
+                None => ("main vault hang", "main".into()),
+            };
+            self.note_fault(
+                kind,
+                format!("#{i} {name} vault hangs {took:?} before its fault"),
+            );
+        }
+    }
+}
+// sim-media-end
 
 #[derive(Clone, Copy, Debug)]
 enum Interleaving {

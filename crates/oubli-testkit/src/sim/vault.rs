@@ -1,9 +1,11 @@
-//! The one seam for every vault write of a simulation (the main vault and each share vault): the seed's failures, cuts and garbage through `FlakyVault`, plus the history the adversary's control needs.
+//! The one seam for every vault write of a simulation (the main vault and each share vault): the seed's failures, cuts and garbage through `FlakyVault`, slow calls and hangs on the simulated clock, plus the history the adversary's control needs.
 
+use super::media::{SimClock, VAULT_CALL};
 use oubli_core::{Vault, VaultError, VaultInfo, VaultRecord};
 use oubli_vault::{FlakyVault, MemoryVault};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What the seed can make a vault do on its next use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,16 +33,42 @@ pub struct SimVault {
     /// `erase_leftovers` destroys nothing (a vault whose wipe was dropped).
     pub keep_records: AtomicBool,
     kept: Mutex<Vec<VaultRecord>>,
+    clock: Arc<SimClock>,
+    /// What the next call costs on the clock (nanoseconds; 0: an ordinary call).
+    delay: AtomicU64,
 }
 
 impl SimVault {
     pub fn empty() -> SimVault {
+        SimVault::on(Arc::default())
+    }
+
+    /// An empty vault whose calls advance `clock`.
+    pub fn on(clock: Arc<SimClock>) -> SimVault {
         SimVault {
             inner: FlakyVault::new(MemoryVault::empty()),
             history: Mutex::default(),
             keep_records: AtomicBool::new(false),
             kept: Mutex::default(),
+            clock,
+            delay: AtomicU64::new(0),
         }
+    }
+
+    /// The next call (whatever it is and however it ends) takes `took` of
+    /// simulated time: a slow call, or a hang before an armed fault.
+    /// `Duration::ZERO` clears it.
+    pub fn delay_next(&self, took: Duration) {
+        self.delay.store(took.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    fn tick(&self) {
+        let delay = self.delay.swap(0, Ordering::SeqCst);
+        self.clock.advance(if delay > 0 {
+            Duration::from_nanos(delay)
+        } else {
+            VAULT_CALL
+        });
     }
 
     /// Arms `fault` for the vault's next use.
@@ -80,9 +108,11 @@ impl Vault for SimVault {
         self.inner.info()
     }
     fn load(&self) -> Result<VaultRecord, VaultError> {
+        self.tick();
         self.inner.load()
     }
     fn store(&self, record: &VaultRecord) -> Result<(), VaultError> {
+        self.tick();
         if self.keep_records.load(Ordering::SeqCst) {
             if let Ok(old) = self.inner.inner().load() {
                 self.kept
@@ -106,6 +136,7 @@ impl Vault for SimVault {
         Ok(records)
     }
     fn erase_leftovers(&self) -> Result<(), VaultError> {
+        self.tick();
         self.inner.erase_leftovers()
     }
 }

@@ -761,6 +761,115 @@ fn a_tpm_vault_certificate_carries_the_tpms_attestation() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// The swtpm's NV state (its files), to put back later: a TPM rolled back.
+#[cfg(feature = "tpm")]
+fn tpm_state(tpm: &hw::Swtpm) -> Vec<(PathBuf, Vec<u8>)> {
+    std::fs::read_dir(tpm.state_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+/// A TPM vault whose NV memory is put back to before the erasure (a
+/// simulator's state file restored): `verify --store` fails, and the TPM
+/// itself, asked to certify its slots again, says epoch N's record is back.
+#[cfg(feature = "tpm")]
+#[test]
+fn a_tpm_rolled_back_to_before_the_erasure_fails_verify_in_the_tpms_own_words() {
+    if hw::skip_hw() {
+        return;
+    }
+    let mut tpm = hw::Swtpm::start();
+    let address = format!("tpm:{}", tpm.location());
+    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
+    env.put("in-tpm-store", &[3u8; 4096]);
+    let saved = tpm_state(&tpm);
+    env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
+    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    tpm.kill();
+    for (path, bytes) in &saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    tpm.restart();
+    let (code, out) = env.verify("c.json", "a.pub", true);
+    assert_eq!(code, 10, "{out}");
+    assert!(
+        out.contains("the TPM now") && out.contains("still holds the erased epoch's record"),
+        "{out}"
+    );
+}
+
+/// Whoever holds the organisation's key cannot edit a TPM attestation, or
+/// move one into another certificate: re-signed, it still fails.
+#[cfg(feature = "tpm")]
+#[test]
+fn a_tpm_attestation_edited_and_re_signed_with_the_organisations_key_fails() {
+    use base64::Engine as _;
+    use oubli::certificate::{sign::SigningKey, SignedCertificate, VaultAttestation};
+    if hw::skip_hw() {
+        return;
+    }
+    let tpm = hw::Swtpm::start();
+    let address = format!("tpm:{}", tpm.location());
+    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
+    env.put("in-tpm-store", &[3u8; 4096]);
+    env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
+    let original =
+        SignedCertificate::from_json(&std::fs::read_to_string(env.path("c.json")).unwrap())
+            .unwrap();
+    let key = SigningKey::from_pkcs8_pem(KEY_A).unwrap();
+    fn flip(s: &mut String, at: usize) {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut bytes = b64.decode(&*s).unwrap();
+        bytes[at] ^= 1;
+        *s = b64.encode(bytes);
+    }
+    type Edit = Box<dyn Fn(&mut oubli::certificate::Certificate)>;
+    let edits: Vec<(&str, Edit, &str)> = vec![
+        (
+            "a byte of the TPM's statement after the commit",
+            Box::new(|c| {
+                let Some(VaultAttestation::TpmNvCertify { attest, .. }) = &mut c.vault_attestation
+                else {
+                    panic!("a TPM attestation")
+                };
+                flip(attest, 60);
+            }),
+            "signature does not match",
+        ),
+        (
+            "a byte of the TPM's statement before the commit",
+            Box::new(|c| {
+                let Some(VaultAttestation::TpmNvCertify { before_attest, .. }) =
+                    &mut c.vault_attestation
+                else {
+                    panic!("a TPM attestation")
+                };
+                flip(before_attest, 60);
+            }),
+            "before the commit",
+        ),
+        (
+            "the erased name (the attestation now in another certificate)",
+            Box::new(|c| c.erased.items[0].name = "something-else".into()),
+            "qualifying data",
+        ),
+    ];
+    for (what, edit, expected) in edits {
+        let mut c = original.certificate.clone();
+        edit(&mut c);
+        std::fs::write(env.path("edited.json"), key.sign(c).to_json()).unwrap();
+        let (code, out) = env.verify("edited.json", "a.pub", false);
+        assert_eq!(code, 10, "{what}: {out}");
+        assert!(out.contains(expected), "{what}: {out}");
+    }
+}
+
 /// A store on a simulated NAND chip: the medium is named as such, and the
 /// chip's vault, an image file here, makes no Purge.
 #[test]

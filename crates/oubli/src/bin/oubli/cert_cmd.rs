@@ -563,6 +563,17 @@ fn store_now(g: &Global, signed: &SignedCertificate) -> Result<StoreNow, Failure
         vault_record_digest: hex::encode(cert::record_digest(&record)),
         ..StoreNow::default()
     };
+    // A TPM vault certifies its NV indices again, now: does any hold epoch
+    // N's record (a TPM whose NV memory was rolled back)? Asked before the
+    // store is opened: a rolled-back vault does not open it.
+    #[cfg(feature = "tpm")]
+    if let Some(location) = g.vault.to_str().filter(|v| v.starts_with("tpm:")) {
+        use oubli::certificate::attestation::{check_now, open_tpm};
+        let failed = |e| g.fail(Error::Vault(e));
+        if let Some(tpm) = open_tpm(location, &password, provider.clone()).map_err(failed)? {
+            now.attestation_problems = check_now(&tpm, &signed.certificate).map_err(failed)?;
+        }
+    }
     let store = match g.open_store(vault.clone(), Access::Read, &provider) {
         Ok(store) => store,
         // A vault older than the store: the rollback the check reports.
@@ -593,15 +604,5 @@ fn store_now(g: &Global, signed: &SignedCertificate) -> Result<StoreNow, Failure
     let audit = store.audit().map_err(|e| g.fail(e))?;
     now.leaked_units = audit.leaked_units as u64;
     now.vault_leftover_epochs = audit.vault_leftover_epochs;
-    // A TPM vault certifies its NV indices again, now: does any hold epoch
-    // N's record (a TPM whose NV memory was rolled back)?
-    #[cfg(feature = "tpm")]
-    if let Some(location) = g.vault.to_str().filter(|v| v.starts_with("tpm:")) {
-        use oubli::certificate::attestation::{check_now, open_tpm};
-        let failed = |e| g.fail(Error::Vault(e));
-        if let Some(tpm) = open_tpm(location, &password, provider.clone()).map_err(failed)? {
-            now.attestation_problems = check_now(&tpm, c).map_err(failed)?;
-        }
-    }
     Ok(now)
 }

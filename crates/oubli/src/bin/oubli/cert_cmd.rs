@@ -286,6 +286,8 @@ pub fn write(
         location: g.store_shown().display().to_string(),
         tool: tool(),
     };
+    // Mutable for the TPM's attestation (a build without TPM support has none).
+    #[cfg_attr(not(feature = "tpm"), allow(unused_mut))]
     let mut certificate = cert::measure::build(before, after, statement);
     if let Some(evidence) = tpm {
         // Last: the TPM's attestation is bound to every other field.

@@ -248,6 +248,12 @@ impl Filesystem for Kernel {
         ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
+        if self.fs.writeback {
+            // Small writes gather in the page cache and come as large ones
+            // (FUSE.md, "The writeback cache"); the kernel then owns size,
+            // mtime and ctime, and sends them by setattr.
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<BsdFileFlags>,

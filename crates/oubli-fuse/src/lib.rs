@@ -352,12 +352,30 @@ pub struct Redacted {
 #[derive(Clone)]
 pub struct Handle {
     fs: Arc<Fs>,
+    mountpoint: PathBuf,
 }
 
 impl Handle {
     /// Runs `f` on the store with no namespace operation half done and
-    /// every pending attribute written: take snapshots this way while mounted.
+    /// every pending attribute written. What the kernel still holds in its
+    /// writeback cache is not in the store: for a purge or a snapshot asked
+    /// for by a user, use [`Handle::synced`].
     pub fn quiesced<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        self.fs.quiesced(f)
+    }
+
+    /// [`Handle::quiesced`] after the kernel has written its dirty pages of
+    /// the mount back (`syncfs`): a purge run this way erases what writes
+    /// still in the kernel's writeback cache overwrote, and a snapshot holds
+    /// them. The writeback failing (the file system refused the writes) is
+    /// reported on stderr; `f` runs regardless. Not from a request loop.
+    pub fn synced<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        if let Err(e) = write_back_kernel_cache(&self.fs, &self.mountpoint) {
+            eprintln!(
+                "oubli-fuse: writing back the kernel's cached writes to {}: {e}",
+                self.mountpoint.display()
+            );
+        }
         self.fs.quiesced(f)
     }
 
@@ -400,6 +418,7 @@ impl Session {
     pub fn handle(&self) -> Handle {
         Handle {
             fs: self.fs.clone(),
+            mountpoint: self.mountpoint.clone(),
         }
     }
 
@@ -410,15 +429,23 @@ impl Session {
 
     /// The erasure barrier: ends the epoch now, so that everything deleted
     /// through the mount so far is unrecoverable when it returns. Prefer this
-    /// to `Store::purge` while mounted: it waits for namespace operations in
-    /// flight and writes pending timestamps first.
+    /// to `Store::purge` while mounted: it has the kernel write back what
+    /// its writeback cache holds (an overwrite there is not yet in the
+    /// store), waits for namespace operations in flight and writes pending
+    /// timestamps first. If the kernel's writeback failed, the epoch still
+    /// ends and the failure is returned.
     pub fn purge(&self) -> Result<(), oubli_core::Error> {
-        self.fs.purge()
+        let synced = write_back_kernel_cache(&self.fs, &self.mountpoint);
+        self.fs.purge()?;
+        synced.map_err(|e| writeback_failed(&self.mountpoint, e))
     }
 
-    /// Makes every write so far durable without ending the epoch.
+    /// Makes every write so far durable without ending the epoch (the
+    /// kernel's cached writes included).
     pub fn flush(&self) -> Result<(), oubli_core::Error> {
-        self.fs.flush_all()
+        let synced = write_back_kernel_cache(&self.fs, &self.mountpoint);
+        self.fs.flush_all()?;
+        synced.map_err(|e| writeback_failed(&self.mountpoint, e))
     }
 
     /// False once the file system was unmounted (from outside, e.g. `fusermount3 -u`).
@@ -489,6 +516,32 @@ impl Session {
             Some(u) => Err(Error::Unfinished(Box::new(u))),
             None => result,
         }
+    }
+}
+
+/// Has the kernel write back its dirty pages of the mount at `mountpoint`
+/// (`syncfs`; with the writeback cache off there are none). The writes it
+/// causes are served by the request loops, so this must not run in one.
+fn write_back_kernel_cache(fs: &Fs, mountpoint: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if !fs.writeback {
+        return Ok(());
+    }
+    let root = std::fs::File::open(mountpoint)?;
+    // SAFETY: FFI on a descriptor `root` keeps open.
+    if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn writeback_failed(mountpoint: &Path, e: io::Error) -> oubli_core::Error {
+    oubli_core::Error::Io {
+        context: format!(
+            "writing back the kernel's cached writes to {}",
+            mountpoint.display()
+        ),
+        source: e,
     }
 }
 

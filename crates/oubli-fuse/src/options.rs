@@ -51,6 +51,12 @@ pub struct MountOptions {
     /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
     /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
     pub snapdir_visible: bool,
+    /// The kernel's writeback cache (`-o writeback_cache`, the default;
+    /// `-o no_writeback_cache` turns it off): small writes gather in the
+    /// page cache and reach the mount in large requests at writeback,
+    /// `fsync`, close and before a purge; the kernel then owns a file's size
+    /// and mtime while it is cached (FUSE.md, "The writeback cache").
+    pub writeback_cache: bool,
     /// Other options, passed to the kernel as they are (`noatime`, `nosuid`, ...).
     pub extra: Vec<String>,
 }
@@ -83,6 +89,7 @@ impl Default for MountOptions {
             atime: Vec::new(),
             readahead_kib: None,
             snapdir_visible: false,
+            writeback_cache: true,
             extra: Vec::new(),
         }
     }
@@ -136,6 +143,8 @@ impl MountOptions {
                         _ => return Err(format!("-o {opt}: snapdir=visible or snapdir=hidden")),
                     }
                 }
+                "writeback_cache" => self.writeback_cache = true,
+                "no_writeback_cache" => self.writeback_cache = false,
                 "dev" => self.dev = true,
                 "nodev" => self.dev = false,
                 "suid" => self.suid = true,

@@ -415,6 +415,96 @@ fn sensitive_files_are_erased_at_once() {
     assert!(blocks(24, 0, N).is_subset(&markers));
 }
 
+/// With the kernel's writeback cache an overwrite stays in the kernel's
+/// dirty pages until writeback, fsync or close. A purge writes them back
+/// first: after it the overwritten bytes do not open, and the new ones are
+/// in the store — with the file still open and never synced.
+#[test]
+fn a_purge_erases_what_dirty_pages_overwrote() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(37);
+    let m = Mounted::new(store, default_options());
+    const N: usize = 40_000;
+    write_file(&m.path("overwritten-in-cache"), &marker::data(51, N));
+    m.session().purge().unwrap();
+    let held = OpenOptions::new()
+        .write(true)
+        .open(m.path("overwritten-in-cache"))
+        .unwrap();
+    held.write_all_at(&marker::data(52, N), 0).unwrap();
+    m.session().purge().unwrap();
+    let (markers, _) = world.seize(false);
+    let leaked: Vec<_> = blocks(51, 0, N)
+        .intersection(&markers)
+        .take(5)
+        .copied()
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "overwritten bytes open after the purge: {leaked:?}"
+    );
+    assert!(
+        blocks(52, 0, N).is_subset(&markers),
+        "the overwrite is in the store after the purge"
+    );
+    drop(held);
+}
+
+/// A file removed while the kernel still holds its dirty pages: the pages
+/// reach the mount (the purge's writeback, or the last close's) while the
+/// object is an orphan, go with it at the last close, and nothing of them
+/// or of its name opens after the next purge. The open handle still reads
+/// what it wrote.
+#[test]
+fn a_file_removed_with_dirty_pages_does_not_open_after_purge() {
+    if !fuse_available() {
+        return;
+    }
+    let (world, store) = recording_world(39);
+    let m = Mounted::new(store.clone(), default_options());
+    const N: usize = 40_000;
+    for purge_while_open in [false, true] {
+        let name = format!("SECRETNAME-dirty-{purge_while_open}");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(m.path(&name))
+            .unwrap();
+        let w = 53 + purge_while_open as u64;
+        f.write_all_at(&marker::data(w, N), 0).unwrap();
+        let oid = f.metadata().unwrap().ino();
+        fs::remove_file(m.path(&name)).unwrap();
+        if purge_while_open {
+            m.session().purge().unwrap();
+        }
+        let mut back = vec![0u8; N];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert!(back == marker::data(w, N), "the open handle reads its data");
+        drop(f);
+        // The kernel releases the handle after close returns: wait for the object to go.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.exists(oid).unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the orphan outlived its last close"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        m.session().purge().unwrap();
+        let (markers, meta) = world.seize(false);
+        assert!(
+            blocks(w, 0, N).is_disjoint(&markers),
+            "dirty pages of a removed file open after the purge"
+        );
+        assert!(!contains(&meta, name.as_bytes()));
+        assert!(!objects_in(&meta).contains(&oid));
+    }
+}
+
 fn recording_world(seed: u64) -> (World, Arc<oubli_core::Store>) {
     let options = harness::options(seed);
     let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(

@@ -207,6 +207,99 @@ fn status_purge_and_umount_by_mount_point() {
         .stdout(predicate::str::contains("\"epoch\": 3"));
 }
 
+/// The kernel's writeback cache holds an overwrite until writeback: `oubli
+/// commit` (the control socket) and SIGUSR1 have it written back first, so
+/// the overwritten bytes are unrecoverable after the commit — checked by
+/// the adversary on a copy of the store and vault taken right after it,
+/// with the file still open and never synced.
+#[test]
+fn commit_and_sigusr1_erase_what_the_kernel_still_caches() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    // A few pages: the kernel holds a FUSE mount's dirty pages to a small
+    // share of its dirty limit (strictlimit) and writes larger runs back early.
+    let len = 8 << 10;
+    let epoch = |env: &Env| -> u64 {
+        let out = env
+            .cmd()
+            .args(["status", "--json"])
+            .arg(&env.mnt)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["epoch"].as_u64().unwrap()
+    };
+    for (round, signal) in [(0usize, false), (1, true)] {
+        // Detached for `oubli commit`; in the foreground for SIGUSR1 (its pid).
+        let mut foreground = None;
+        if signal {
+            let child = env
+                .std_cmd()
+                .args(["mount", "--foreground"])
+                .arg(&env.mnt)
+                .spawn()
+                .unwrap();
+            foreground = Some(child);
+            common::wait_for("the mount", || {
+                env.cmd()
+                    .arg("status")
+                    .arg(&env.mnt)
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            });
+        } else {
+            env.cmd().arg("mount").arg(&env.mnt).assert().success();
+        }
+        let file = env.mnt.join(format!("overwritten-{round}"));
+        let (old, new) = (10 + 2 * round, 11 + 2 * round);
+        fs::write(&file, common::content(old, len)).unwrap();
+        env.cmd().arg("commit").arg(&env.mnt).assert().success();
+        let held = fs::OpenOptions::new().write(true).open(&file).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&held, &common::content(new, len), 0).unwrap();
+        match &foreground {
+            Some(child) => {
+                let was = epoch(&env);
+                let killed = std::process::Command::new("kill")
+                    .args(["-USR1", &child.id().to_string()])
+                    .status()
+                    .unwrap();
+                assert!(killed.success());
+                common::wait_for("the SIGUSR1 commit", || epoch(&env) > was);
+            }
+            None => {
+                env.cmd().arg("commit").arg(&env.mnt).assert().success();
+            }
+        }
+        let copy = env.dir.path().join(format!("copy-{round}"));
+        fs::create_dir(&copy).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&env.store)
+            .arg(&env.vault)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let found =
+            common::recoverable_with(&copy.join("store"), &copy.join("vault"), "pw", &[old, new]);
+        assert!(
+            !found[&old],
+            "round {round}: the overwritten bytes are recoverable after the commit"
+        );
+        assert!(
+            found[&new],
+            "round {round}: the overwrite is not in the store"
+        );
+        drop(held);
+        env.cmd().arg("umount").arg(&env.mnt).assert().success();
+        if let Some(mut child) = foreground {
+            child.wait().unwrap();
+        }
+    }
+}
+
 #[test]
 fn snapshots_and_redact_on_a_live_mount() {
     if !fuse_available() {

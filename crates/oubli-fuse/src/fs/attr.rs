@@ -27,6 +27,30 @@ pub(crate) struct SetAttr {
     pub ctime: Option<Timestamp>,
 }
 
+impl SetAttr {
+    /// Only given mtime and/or ctime: what the kernel sends for a file in
+    /// its writeback cache (`fuse_flush_times`). A `touch` (now) or a
+    /// utimensat that sets the access time as well is not one.
+    fn only_kernel_times(&self) -> bool {
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+        } = self;
+        mode.is_none()
+            && uid.is_none()
+            && gid.is_none()
+            && size.is_none()
+            && atime.is_none()
+            && !matches!(mtime, Some(None))
+            && (mtime.is_some() || ctime.is_some())
+    }
+}
+
 impl Fs {
     pub(super) fn file_attr(&self, oid: u64, st: &State) -> FileAttr {
         let a = &st.attr;
@@ -91,6 +115,21 @@ impl Fs {
         let mut st = lock(&node.st);
         st.changeable()?;
         let now = Timestamp::now();
+        if self.writeback && req.only_kernel_times() {
+            // The kernel's own mtime/ctime of a file it caches (writeback
+            // cache), sent after it wrote the data back, at fsync and close:
+            // kept in memory and written back lazily as a write's
+            // timestamps are without the cache, instead of rewriting the
+            // object's record for every fsync.
+            if let Some(Some(t)) = req.mtime {
+                st.attr.mtime = t;
+            }
+            if let Some(t) = req.ctime {
+                st.attr.ctime = t;
+            }
+            st.dirty = true;
+            return Ok(self.file_attr(ino, &st));
+        }
         let mut erased = false;
         if let Some(size) = req.size {
             match st.attr.kind() {

@@ -53,16 +53,40 @@ impl Fs {
             self.writable()?;
         }
         let node = self.node(ino)?;
+        if self.writeback
+            && !self.store.shares().is_empty()
+            && self.store.share_of(ino).is_ok_and(|s| s.is_some())
+        {
+            // A file under a key share: the pages the writeback cache keeps
+            // after a write would outlive the share's destruction (DESIGN
+            // §13), so each open drops them and reads come from the store,
+            // which refuses once the share is gone.
+            let _ = self.kernel_writes_back(ino, 0);
+        }
         let mut st = lock(&node.st);
         if st.deleted {
             return Err(Errno::ENOENT);
         }
         if write {
             st.changeable()?;
-        } else if self.atime == AtimeMode::Strict && st.attr.kind() == S_IFREG {
+        } else if (self.atime == AtimeMode::Strict
+            || self.writeback && self.atime == AtimeMode::Relative)
+            && st.attr.kind() == S_IFREG
+        {
             // Reads the page cache serves never reach this file system: under
-            // strictatime the open for reading counts as the access.
-            self.accessed(&mut st);
+            // strictatime the open for reading counts as the access. So it
+            // does under relatime with the writeback cache, whose pages
+            // written are cached whole, so that the first read after a
+            // change comes from them (relatime moves the time once after
+            // each change, so the open is as good as the read).
+            if self.accessed(&mut st) && self.writeback {
+                // The kernel keeps the attributes it has for a second, and
+                // no read of ours tells it the access time moved.
+                st.opens += 1;
+                drop(st);
+                self.tell_kernel_attrs_changed(ino);
+                return Ok(());
+            }
         }
         st.opens += 1;
         Ok(())
@@ -120,7 +144,16 @@ impl Fs {
             .read_into(ino, offset, size as usize, buf)
             .map_err(errno)?;
         if let Some(node) = self.cached(ino) {
-            self.accessed(&mut lock(&node.st));
+            let mut st = lock(&node.st);
+            let before = st.attr.atime;
+            self.accessed(&mut st);
+            let moved = st.attr.atime != before;
+            drop(st);
+            if moved && !self.attrs_always_fresh() {
+                // The kernel keeps the attributes it has (kernel.rs, TTL)
+                // and learns of no access time that a read moves.
+                self.tell_kernel_attrs_changed(ino);
+            }
         }
         Ok(n)
     }
@@ -135,21 +168,31 @@ impl Fs {
     /// Moves the access time as the mount's access-time mode says: never
     /// (`noatime`), at every access (`strictatime`), or when it is older
     /// than the last change or a day old (`relatime`, the default). Kept in
-    /// memory and written back lazily, as every timestamp.
-    fn accessed(&self, st: &mut State) {
+    /// memory and written back lazily, as every timestamp. Returns whether
+    /// it moved.
+    fn accessed(&self, st: &mut State) -> bool {
         let now = Timestamp::now();
         let a = &st.attr;
         let due = match self.atime {
             AtimeMode::Never => false,
             AtimeMode::Strict => true,
             AtimeMode::Relative => {
-                a.atime <= a.mtime || a.atime <= a.ctime || now.secs - a.atime.secs >= 86_400
+                // With the writeback cache mtime and ctime come from the
+                // kernel's coarse clock (a tick, at most 10 ms behind ours):
+                // a change stamped in the tick of the creation looks older
+                // than the creation's access time. Within a tick it counts
+                // as later, as it was.
+                let slack: i128 = if self.writeback { 10_000_000 } else { 0 };
+                let ns = |t: &Timestamp| i128::from(t.secs) * 1_000_000_000 + i128::from(t.nanos);
+                let atime = ns(&a.atime) - slack;
+                atime <= ns(&a.mtime) || atime <= ns(&a.ctime) || now.secs - a.atime.secs >= 86_400
             }
         };
         if due && !self.read_only {
             st.attr.atime = now;
             st.dirty = true;
         }
+        due && !self.read_only
     }
 
     pub(crate) fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u32> {
@@ -164,6 +207,13 @@ impl Fs {
         let node = self.node(ino)?;
         let mut st = lock(&node.st);
         st.changeable()?;
+        if st.deleted {
+            // The kernel's writeback of pages dirtied before the last close
+            // of an unlinked file, arriving after it (the kernel sends them
+            // before the release, so this is a late straggler): the object
+            // is erased, and nothing may bring it back or seal its bytes.
+            return Ok(data.len() as u32);
+        }
         let overwrote = offset < st.size && !data.is_empty();
         if st.cells_undecided && !data.is_empty() {
             // The first write into a file preallocated empty: one that starts
@@ -185,12 +235,23 @@ impl Fs {
         if end > st.size && !data.is_empty() {
             st.size = end;
         }
-        let now = Timestamp::now();
-        st.attr.mtime = now;
-        st.attr.ctime = now;
-        st.dirty = true;
+        if !self.writeback {
+            let now = Timestamp::now();
+            st.attr.mtime = now;
+            st.attr.ctime = now;
+            st.dirty = true;
+        }
+        // (With the writeback cache the kernel stamps mtime and ctime at
+        // write(2) and sends them by setattr once the data is written back:
+        // a write arriving here at writeback is not the time of the change.)
         let sensitive = st.sensitive();
         drop(st);
+        if self.writeback {
+            // The kernel's cached attributes predate this writeback: its
+            // st_blocks would show the file without these bytes (a file that
+            // looks sparse or empty to cp and tar).
+            self.tell_kernel_attrs_changed(ino);
+        }
         if overwrote && sensitive {
             self.commit_now();
         }
@@ -335,13 +396,24 @@ impl Fs {
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return Err(Errno::EINVAL);
         }
+        let Ok(mut pos) = u64::try_from(offset) else {
+            return Err(Errno::ENXIO);
+        };
+        if self.writeback && !self.kernel_writes_back(ino, pos) {
+            // Another request is having pages written back: answer without
+            // the kernel's dirty data, conservatively — everything up to
+            // the size is data (never a hole where the kernel holds bytes).
+            let size = lock(&self.node(ino)?.st).size;
+            return match whence {
+                _ if pos >= size => Err(Errno::ENXIO),
+                libc::SEEK_DATA => Ok(pos as i64),
+                _ => Ok(size as i64),
+            };
+        }
         let size = {
             let node = self.node(ino)?;
             let st = lock(&node.st);
             st.size
-        };
-        let Ok(mut pos) = u64::try_from(offset) else {
-            return Err(Errno::ENXIO);
         };
         if pos >= size {
             return Err(Errno::ENXIO);
@@ -381,6 +453,25 @@ impl Fs {
                 };
             }
         }
+    }
+
+    /// With the writeback cache the kernel may hold a file's data that this
+    /// file system has not seen (and `SEEK_DATA` would call a hole): has it
+    /// write the file's dirty pages from `from` on back, and drop them (the
+    /// kernel's reverse invalidation writes dirty pages back first and
+    /// waits for those writes). Another request loop serves the writes, so
+    /// one request at a time does this; false if another one is (or there
+    /// is only one loop).
+    fn kernel_writes_back(&self, ino: u64, from: u64) -> bool {
+        let (Some(notifier), Some(one)) = (self.notifier.get(), &self.writing_back) else {
+            return false;
+        };
+        let Ok(_one) = one.try_lock() else {
+            return false;
+        };
+        // ENOENT: the kernel has no such inode cached, so no pages either.
+        let _ = notifier.inval_inode(fuser::INodeNo(ino), from.min(i64::MAX as u64) as i64, 0);
+        true
     }
 
     /// fsync / fdatasync / fsyncdir: the inode's pending attributes, then every write so far, made durable (intent log).

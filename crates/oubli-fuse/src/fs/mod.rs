@@ -174,6 +174,13 @@ pub(crate) struct Fs {
     /// When reads move the access time.
     atime: AtimeMode,
     /// Tells the kernel about names removed other than by its own requests (redaction).
+    /// The kernel's writeback cache is on: it owns size, mtime and ctime of
+    /// the files it caches and sends them by setattr (io.rs, attr.rs).
+    pub(crate) writeback: bool,
+    /// Held by the one request that has the kernel write a file's pages back
+    /// (`SEEK_DATA`/`SEEK_HOLE`, io.rs); `None` with a single request loop,
+    /// which could not serve those writes while it waits.
+    writing_back: Option<Mutex<()>>,
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Names removed in the open epoch: what the message names when the
     /// unmount's commit fails and they stay recoverable.
@@ -283,6 +290,8 @@ impl Fs {
             show_snapdir: opts.snapdir_visible,
             atime: AtimeMode::of(opts),
             notifier: std::sync::OnceLock::new(),
+            writeback: opts.writeback_cache && !opts.read_only,
+            writing_back: (opts.threads > 1).then(|| Mutex::new(())),
             removed: Mutex::new(Removed::default()),
             unfinished: Mutex::new(None),
         };

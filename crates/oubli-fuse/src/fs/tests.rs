@@ -71,6 +71,51 @@ fn last_close_erases_and_empties_the_orphan_list() {
     assert!(!store.exists(g).unwrap());
 }
 
+/// The kernel's writeback cache sends a file's dirty pages before it
+/// releases the file; a write that comes after the last close of an
+/// unlinked file anyway (a late writeback) is dropped: the object is gone,
+/// and nothing may bring it back or seal its data.
+#[test]
+fn a_write_after_the_last_close_of_an_unlinked_file_stores_nothing() {
+    let medium = Arc::new(oubli_media::MemMedium::new());
+    let store = Arc::new(
+        Store::create(
+            medium.clone(),
+            |r| Ok(oubli_vault::MemoryVault::new(r.clone())),
+            CreateOptions::default(),
+            Options {
+                policy: EpochPolicy::manual(),
+                ..Options::default()
+            },
+        )
+        .unwrap(),
+    );
+    let used_bytes = || {
+        use oubli_core::Medium;
+        let segments = medium.list_segments().unwrap();
+        segments
+            .into_iter()
+            .map(|s| medium.segment_len(s).unwrap().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT_DIR, b"f", 0o644, 0, ME).unwrap().ino.0;
+    fs.write(f, 0, b"written while open").unwrap();
+    fs.unlink(ROOT_DIR, b"f").unwrap();
+    fs.release(f);
+    assert!(!store.exists(f).unwrap());
+    store.flush().unwrap();
+    let used = used_bytes();
+    let late = vec![7u8; 256 * 1024];
+    assert_eq!(fs.write(f, 0, &late), Ok(late.len() as u32));
+    assert!(
+        !store.exists(f).unwrap(),
+        "a late write brought the object back"
+    );
+    store.flush().unwrap();
+    assert_eq!(used_bytes(), used, "a late write reached the medium");
+}
+
 #[test]
 fn other_front_ends_objects_are_read_only() {
     let store = store();

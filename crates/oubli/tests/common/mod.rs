@@ -293,8 +293,18 @@ pub fn needle(file: usize) -> Vec<u8> {
 
 /// Which files' records the adversary finds in a copy of the store, with the given vault file.
 pub fn recoverable(store: &Path, vault: &Path, files: &[usize]) -> BTreeMap<usize, bool> {
+    recoverable_with(store, vault, PASSWORD, files)
+}
+
+/// [`recoverable`] with a vault file whose password is `password`.
+pub fn recoverable_with(
+    store: &Path,
+    vault: &Path,
+    password: &str,
+    files: &[usize],
+) -> BTreeMap<usize, bool> {
     let provider: Arc<dyn CryptoProvider> = Arc::new(RingProvider::new());
-    let password = SecretBytes::new(PASSWORD.as_bytes().to_vec());
+    let password = SecretBytes::new(password.as_bytes().to_vec());
     let record = FileVault::open(vault, &password, provider.clone())
         .expect("open vault copy")
         .load()

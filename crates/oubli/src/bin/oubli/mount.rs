@@ -235,7 +235,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl oubli::control::Frontend for MountFrontend {
     fn quiesced(&self, f: &mut dyn FnMut()) {
         match self.handle.get() {
-            Some(h) => h.quiesced(|_| f()),
+            // A purge or snapshot asked for includes what the kernel still caches.
+            Some(h) => h.synced(|_| f()),
             None => f(),
         }
     }
@@ -269,7 +270,7 @@ impl oubli::control::Frontend for MountFrontend {
         Some(done.and_then(|r| {
             if mode == "purge" {
                 handle
-                    .quiesced(|store| store.purge())
+                    .synced(|store| store.purge())
                     .map_err(|e| Refusal::from(&e))?;
             }
             let reply = crate::snapshot_cmd::RedactReply {

@@ -886,3 +886,37 @@ fn a_nand_store_certificate_names_the_chip_and_is_not_a_purge() {
     assert!(statement.contains("simulated NAND"), "{statement}");
     assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
 }
+
+/// `oubli commit --certificate` while `oubli serve` holds the store: the
+/// server measures and commits through its control socket, as a mount does.
+#[test]
+fn commit_through_a_running_server_is_certified() {
+    let env = Env::new();
+    let sock = env.path("nbd.sock");
+    let log = std::fs::File::create(env.path("serve.log")).unwrap();
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_oubli"))
+        .env_clear()
+        .env("HOME", env.dir.path())
+        .env("OUBLI_STORE", env.store())
+        .env("OUBLI_VAULT", &env.vault)
+        .env("OUBLI_PASSWORD", PASSWORD)
+        .args(["serve", "--export", "disk", "--size", "1M", "--socket"])
+        .arg(&sock)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    common::wait_for("the server's socket", || {
+        std::os::unix::net::UnixStream::connect(&sock).is_ok()
+    });
+    let result = std::panic::catch_unwind(|| env.certified(&["commit"], "served.json"));
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let c = result.unwrap();
+    let cert = &c["certificate"];
+    assert_eq!(cert["command"], "oubli commit");
+    assert_eq!(cert["verification"]["outcome"], "pass", "{c:#}");
+    assert!(cert["store"]["epoch_after"].as_u64() > cert["store"]["epoch_before"].as_u64());
+    assert_eq!(env.verify("served.json", "a.pub", true).0, 0);
+}

@@ -71,13 +71,9 @@ fn run_all(
 
 #[test]
 fn the_regression_seeds_and_a_fixed_budget_of_seeds_hold() {
-    // The full medium is left out here until the engine survives it on
-    // small media (THREAT_MODEL.md, "How the promise is tested"):
-    // `scripts/simulate` runs it.
-    let config = Config {
-        full: false,
-        ..Config::default()
-    };
+    // With the full medium (filled by the store or by another program,
+    // sim/full.rs), as `scripts/simulate` runs it.
+    let config = Config::default();
     let mut failures = Vec::new();
     for (seed, config) in regression_seeds() {
         if let Err(f) = sim::run(seed, &config) {

@@ -26,6 +26,7 @@
 //! threads, which shuttle cannot schedule without replacing them.
 
 pub mod crypto;
+mod full;
 pub mod media;
 pub mod medium;
 pub mod vault;
@@ -337,6 +338,8 @@ struct Sim {
     progress: Arc<AtomicU64>,
     faults: BTreeMap<&'static str, u64>,
     steps: usize,
+    /// Who filled the medium, while its capacity is set (sim/full.rs).
+    filled_by: Option<full::FilledBy>,
     /// The medium kind, the clock and the slow faults (sim/media.rs).
     media: media::SimMedia,
 }
@@ -426,6 +429,7 @@ impl Sim {
             progress,
             faults: BTreeMap::new(),
             steps: 0,
+            filled_by: None,
             media,
         };
         sim.faults.insert(sim.media.kind.report_key(seed), 1);
@@ -582,18 +586,7 @@ impl Sim {
                     format!("#{i} arm share vault {name} {f:?}"),
                 );
             }
-            Armed::Full => {
-                let capacity =
-                    self.medium.used() + (1 + self.rng.below(4)) * harness::TEST_SEGMENT / 2;
-                self.medium.set_capacity(capacity);
-                self.note_fault(
-                    "medium full",
-                    format!(
-                        "#{i} the medium fills at {capacity} bytes ({} used)",
-                        self.medium.used()
-                    ),
-                );
-            }
+            Armed::Full => self.fill_medium(i),
         }
         armed
     }
@@ -616,6 +609,14 @@ impl Sim {
 
     fn workload_step(&mut self, i: usize, step: &Step) -> Result<(), String> {
         let armed = self.arm(i, step);
+        // These put their change in the model first (for a cut); a call
+        // that answers NoSpace changed nothing.
+        let snapshots = matches!(
+            step,
+            Step::SnapshotCreate | Step::SnapshotRemove { .. } | Step::Redact { .. }
+        )
+        .then(|| self.runner.model.snapshots.clone());
+        let redacting = matches!(step, Step::Redact { .. }).then(|| self.runner.model.clone());
         let commits = self.runner.commits;
         let store = self.store();
         let result = match step {
@@ -625,6 +626,13 @@ impl Sim {
             _ => self.runner.step(&store, step),
         };
         drop(store);
+        if let Some(mut between) = redacting {
+            // A redaction deletes the object, then redacts the snapshots,
+            // whose call flushes what was accepted before its own change:
+            // a cut may land between the two.
+            between.objects = self.runner.model.objects.clone();
+            self.since_ack.push(between);
+        }
         self.note(format!("#{i} {step:?} -> {}", outcome(&result)));
         self.medium.fault.disarm();
         if self.medium.fault.is_cut() {
@@ -645,7 +653,12 @@ impl Sim {
                 }
                 Ok(())
             }
-            Err(e) => self.recover(i, step, armed, e),
+            Err(e) => {
+                if let (Some(snapshots), true) = (snapshots, is_full(&e)) {
+                    self.runner.model.snapshots = snapshots;
+                }
+                self.recover(i, step, armed, e)
+            }
         }
     }
 
@@ -695,61 +708,6 @@ impl Sim {
     fn acknowledge_commit(&mut self) {
         self.runner.acked = self.runner.model.clone();
         self.runner.note_commit();
-    }
-
-    /// Space comes back when the workload deletes: every snapshot and every
-    /// object go, then a commit and the cleaner; each must work on the full
-    /// medium, and then new data must fit again.
-    fn make_room(&mut self, i: usize, e: &Error) -> Result<(), String> {
-        self.note(format!(
-            "#{i} the medium is full ({e}): deleting to make room"
-        ));
-        let store = self.store();
-        let full = |what: String, e2: Error| {
-            format!("step #{i} found the medium full ({e}); then {what} failed: {e2}")
-        };
-        let names: Vec<String> = self.runner.model.snapshots.keys().cloned().collect();
-        for name in names {
-            self.runner.model.snapshots.remove(&name);
-            store
-                .snapshot_remove(&name)
-                .map_err(|e2| full(format!("removing snapshot {name}"), e2))?;
-        }
-        let objects: Vec<u64> = self.runner.model.objects.keys().copied().collect();
-        for oid in objects.into_iter().filter(|&o| o != ROOT_DIR) {
-            store
-                .delete(oid)
-                .map_err(|e2| full(format!("deleting object {oid}"), e2))?;
-            self.runner.model.objects.remove(&oid);
-        }
-        store.commit().map_err(|e2| full("the commit".into(), e2))?;
-        self.acknowledge_commit();
-        store.gc(0.5).map_err(|e2| full("the cleaner".into(), e2))?;
-        self.acknowledge_commit();
-        self.check_model("after making room")?;
-        self.check_adversary("after making room")?;
-        // New data may still not fit (what the store keeps for itself can
-        // exceed so small a medium, and it measures the room at most about
-        // once a second), but the store must say so and stay usable.
-        let data = self.own_data(harness::TEST_CELL as usize);
-        let wrote = store.create_object(b"").and_then(|oid| {
-            self.runner.model.objects.insert(oid, Vec::new());
-            store.write(oid, 0, &data).map(|()| oid)
-        });
-        match wrote {
-            Ok(oid) => self.runner.model.write(oid, 0, &data),
-            Err(e2) if is_full(&e2) => {
-                self.note(format!("#{i} still full after making room: {e2}"))
-            }
-            Err(e2) => return Err(full("writing one cell after making room".into(), e2)),
-        }
-        store
-            .flush()
-            .map_err(|e2| full("a flush after making room".into(), e2))?;
-        self.runner.acked = self.runner.model.clone();
-        self.medium.set_capacity(u64::MAX);
-        self.note(format!("#{i} room made; the capacity is lifted"));
-        self.check_model("after writing on the emptied medium")
     }
 
     fn own_data(&mut self, len: usize) -> Vec<u8> {
@@ -1098,9 +1056,9 @@ impl Sim {
         if let Some(store) = self.store.take() {
             let store =
                 Arc::try_unwrap(store).map_err(|_| "the store is still shared".to_string())?;
-            store
-                .flush()
-                .map_err(|e| format!("the flush before a reopen failed: {e}"))?;
+            if let Err(e) = store.flush() {
+                self.flush_when_full(&store, e)?;
+            }
             self.runner.acked = self.runner.model.clone();
         }
         if garbage {
@@ -1134,7 +1092,7 @@ impl Sim {
             self.vault.clone(),
             self.options.clone(),
         )
-        .map_err(|e| format!("the store does not reopen: {e}"))?;
+        .or_else(|e| self.open_when_full(e))?;
         store.set_share_opener(self.share_opener());
         // A destruction a crash cut after the store recorded it counts.
         for info in store.shares() {

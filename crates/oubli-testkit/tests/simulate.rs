@@ -31,6 +31,7 @@ fn regression_seeds() -> Vec<(u64, Config)> {
                 match flag {
                     "--no-full" => config.full = false,
                     "--no-race" => config.race = false,
+                    "--no-sched" => config.sched = false,
                     "--no-slow" => config.slow = false,
                     other => panic!("sim-seeds: unknown flag {other}"),
                 }
@@ -170,6 +171,9 @@ fn simulate() {
     }
     if std::env::var_os("OUBLI_SIM_NO_RACE").is_some() {
         config.race = false;
+    }
+    if std::env::var_os("OUBLI_SIM_NO_SCHED").is_some() {
+        config.sched = false;
     }
     if std::env::var_os("OUBLI_SIM_NO_SLOW").is_some() {
         config.slow = false;

@@ -133,11 +133,13 @@ impl CryptoProvider for SimProvider {
         self.inner.fill_random(out)
     }
     fn seal_detached(&self, key: &SecretKey, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
+        super::sched::point("seal");
         self.maybe_interleave();
         self.record(key, aad, buf);
         self.inner.seal_detached(key, aad, buf)
     }
     fn seal(&self, key: &SecretKey, aad: &[u8], buf: &mut Vec<u8>) {
+        super::sched::point("seal");
         self.record(key, aad, buf);
         self.inner.seal(key, aad, buf)
     }

@@ -160,6 +160,7 @@ impl Medium for SimMedium {
         self.fault.segment_capacity()
     }
     fn append(&self, id: SegmentId, offset: u64, data: &[u8]) -> io::Result<()> {
+        super::sched::point("append");
         self.tick(MEDIUM_CALL);
         self.room_for(data.len() as u64)?;
         self.write(
@@ -170,6 +171,7 @@ impl Medium for SimMedium {
         Ok(())
     }
     fn read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        super::sched::point("read");
         self.tick(MEDIUM_CALL);
         let shadow = self.fault.read(id, offset, buf);
         let Some(real) = self.real(|m| {
@@ -224,6 +226,7 @@ impl Medium for SimMedium {
         self.real(|m| m.list_segments()).unwrap_or(Ok(shadow))
     }
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
+        super::sched::point("segment deletion");
         self.tick(MEDIUM_CALL);
         let len = self.fault.segment_len(id).ok().flatten().unwrap_or(0);
         self.write(|| self.fault.delete_segment(id), |m| m.delete_segment(id))?;
@@ -231,6 +234,7 @@ impl Medium for SimMedium {
         Ok(())
     }
     fn sync(&self) -> io::Result<()> {
+        super::sched::point("sync");
         self.tick(MEDIUM_SYNC);
         if self.skip_sync.load(Ordering::SeqCst) {
             return Ok(());
@@ -253,6 +257,7 @@ impl Medium for SimMedium {
         }
     }
     fn write_superblock(&self, slot: Slot, data: &[u8]) -> io::Result<()> {
+        super::sched::point("superblock write");
         self.tick(MEDIUM_CALL);
         self.write(
             || self.fault.write_superblock(slot, data),

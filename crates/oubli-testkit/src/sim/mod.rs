@@ -21,14 +21,17 @@
 //! * no panic, and no step past its deadline (a watchdog, see [`run`]).
 //!
 //! Threads: the engine's sealing outside its lock is reached through the
-//! crypto provider seam ([`SimProvider::interleave_at_next_seal`]), not a
-//! randomised scheduler such as `shuttle`: the engine uses std's locks and
-//! threads, which shuttle cannot schedule without replacing them.
+//! crypto provider seam ([`SimProvider::interleave_at_next_seal`]), and
+//! the scheduled steps of [`sched`] run engine calls (commits, the timer's
+//! policy commit, the cleaner, placements) beside a large write under a
+//! seeded schedule that switches at the seams; not `shuttle`, which cannot
+//! schedule the engine's std locks and threads (see [`sched`]).
 
 pub mod crypto;
 mod full;
 pub mod media;
 pub mod medium;
+pub mod sched;
 pub mod vault;
 
 use crate::adversary::{check_no_rederivation, Adversary};
@@ -97,6 +100,10 @@ pub struct Config {
     /// Whether large writes run with an operation interleaved
     /// (`--no-race` leaves them out, to look past a race one has found).
     pub race: bool,
+    /// Whether scheduled steps run (sched.rs: engine calls beside a large
+    /// write under a seeded schedule; `--no-sched` leaves them out, and
+    /// the run's stream is then what it was before they existed).
+    pub sched: bool,
     /// The medium every seed runs on (`--medium`); `None`: picked per seed.
     pub medium: Option<MediumKind>,
     /// Whether slow medium and vault calls and vault hangs are simulated
@@ -112,6 +119,7 @@ impl Default for Config {
             mutation: None,
             full: true,
             race: true,
+            sched: true,
             medium: None,
             slow: true,
         }
@@ -130,6 +138,9 @@ impl Config {
         }
         if !self.race {
             cmd += " --no-race";
+        }
+        if !self.sched {
+            cmd += " --no-sched";
         }
         if let Some(m) = self.medium {
             cmd += &format!(" --medium {}", m.name());
@@ -308,6 +319,8 @@ enum Extra {
         garbage: bool,
     },
     Consolidate,
+    /// Engine calls beside a large write under a seeded schedule (sched.rs).
+    Sched,
 }
 
 /// Marker ids of the simulator's own writes, apart from the runner's.
@@ -516,6 +529,7 @@ impl Sim {
                 garbage: self.rng.below(3) == 0,
             }),
             4 => Some(Extra::Consolidate),
+            5..=6 if self.config.sched => Some(Extra::Sched),
             _ => None,
         }
     }
@@ -808,6 +822,7 @@ impl Sim {
     fn extra_step(&mut self, i: usize, extra: Extra) -> Result<(), String> {
         match extra {
             Extra::RaceWrite { pick, with_share } => self.race_write(i, pick, with_share),
+            Extra::Sched => self.sched_step(i),
             Extra::Reopen { garbage } => {
                 self.note(format!(
                     "#{i} reopen{}",

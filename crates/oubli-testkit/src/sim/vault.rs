@@ -108,10 +108,12 @@ impl Vault for SimVault {
         self.inner.info()
     }
     fn load(&self) -> Result<VaultRecord, VaultError> {
+        super::sched::point("vault load");
         self.tick();
         self.inner.load()
     }
     fn store(&self, record: &VaultRecord) -> Result<(), VaultError> {
+        super::sched::point("vault store");
         self.tick();
         if self.keep_records.load(Ordering::SeqCst) {
             if let Ok(old) = self.inner.inner().load() {
@@ -136,6 +138,7 @@ impl Vault for SimVault {
         Ok(records)
     }
     fn erase_leftovers(&self) -> Result<(), VaultError> {
+        super::sched::point("vault erase");
         self.tick();
         self.inner.erase_leftovers()
     }

@@ -334,6 +334,10 @@ fn snapshot_rm_purge_certifies_the_snapshot() {
     assert!(items(&c2)[0].2 >= 20_000, "{c2:#}");
     assert_erasure(&c2, "clear");
     assert_eq!(env.verify("snap2.json", "a.pub", true).0, 0);
+    // A new snapshot under the old name is not the erased one coming back.
+    env.ok(&["snapshot", "create", "kept-snap"]);
+    let (code, out) = env.verify("snap2.json", "a.pub", true);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]

@@ -58,8 +58,9 @@ pub struct StoreNow {
     pub store_epoch: Option<u64>,
     /// Of the certificate's erased object ids, those the store still holds.
     pub objects_present: Vec<u64>,
-    /// Every snapshot name and every share not destroyed (in clear;
-    /// hashed here when the certificate hashes names).
+    /// The snapshots taken by epoch N and the shares not destroyed made
+    /// before the certificate (names in clear; hashed here when the
+    /// certificate hashes names): an erased one among them is back.
     pub snapshots: Vec<String>,
     pub live_shares: Vec<String>,
     /// The audit now: deleted units that still open, and older vault keys.

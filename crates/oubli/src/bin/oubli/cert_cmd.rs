@@ -596,11 +596,22 @@ fn store_now(g: &Global, signed: &SignedCertificate) -> Result<StoreNow, Failure
             }
         }
     }
-    now.snapshots = store.snapshots().into_iter().map(|s| s.name).collect();
+    // Names may be used again: only a snapshot taken by epoch N, or a live
+    // share made before the certificate, can be the one it says is gone.
+    now.snapshots = store
+        .snapshots()
+        .into_iter()
+        .filter(|s| s.epoch <= c.store.epoch_before)
+        .map(|s| s.name)
+        .collect();
+    let issued = c
+        .issued_at
+        .parse::<jiff::Timestamp>()
+        .map_or(u64::MAX, |t| t.as_second().max(0) as u64);
     now.live_shares = store
         .shares()
         .into_iter()
-        .filter(|s| s.destroyed_at.is_none())
+        .filter(|s| s.destroyed_at.is_none() && s.created_at <= issued)
         .map(|s| s.name)
         .collect();
     let audit = store.audit().map_err(|e| g.fail(e))?;

@@ -61,6 +61,7 @@ pub(crate) struct WriterLock {
 }
 
 struct LockState {
+    world: Arc<dyn LeaseWorld>,
     key: ObjectPath,
     token: u128,
     generation: u64,
@@ -102,13 +103,63 @@ impl Here {
     }
 }
 
+/// What the lease asks of the world: who this process is, whether a pid
+/// runs, the server's clock and when renewals happen. [`RealWorld`] is the
+/// real one; the simulator (crates/oubli-testkit/src/sim/s3.rs) supplies
+/// its own through [`S3Medium::open_writer_on`], so that simulated time
+/// ages and renews the lock and a second writer may live in "another
+/// container", without sleeping.
+pub trait LeaseWorld: Send + Sync {
+    /// This process's host, boot and pid namespace, as its lock names them.
+    fn here(&self) -> Here;
+    /// This process's pid, as its lock names it.
+    fn pid(&self) -> u32;
+    /// Whether `pid` runs in this process's pid namespace.
+    fn alive(&self, pid: u32) -> bool;
+    /// The server's clock now (its `Date`) for a store whose objects report
+    /// their `Last-Modified` (`ObjectMeta::last_modified`) by that clock;
+    /// `None`: a dated GET asks the server ([`crate::Admin::get_dated`]).
+    fn server_now(&self) -> Option<chrono::DateTime<chrono::Utc>>;
+    /// This host's clock, written into the lock as `renewed` (shown only).
+    fn wall_clock(&self) -> SystemTime;
+    /// Whether a thread renews the lock every third of the lease by the
+    /// local clock; `false`: the world calls [`S3Medium::renew_lock`] at its
+    /// own (simulated) times.
+    fn renews_itself(&self) -> bool;
+}
+
+/// The real world: `/proc`, the server's dated answers, a renewing thread.
+pub struct RealWorld;
+
+impl LeaseWorld for RealWorld {
+    fn here(&self) -> Here {
+        Here::now()
+    }
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+    fn alive(&self, pid: u32) -> bool {
+        pid_alive(pid)
+    }
+    fn server_now(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        None
+    }
+    fn wall_clock(&self) -> SystemTime {
+        SystemTime::now()
+    }
+    fn renews_itself(&self) -> bool {
+        true
+    }
+}
+
 /// What a lock object says: `oubli-s3-lock v1`, then `host`, `boot`,
 /// `pidns`, `pid`, `gen`, `lease_ms` (the holder's lease), `token` (unique
 /// to the opening) and `renewed` (the holder's clock, shown only) lines; or
 /// `released` and `gen`.
-fn lock_text(token: u128, generation: u64, lease: Duration) -> Vec<u8> {
-    let here = Here::now();
-    let now = SystemTime::now()
+fn lock_text(world: &dyn LeaseWorld, token: u128, generation: u64, lease: Duration) -> Vec<u8> {
+    let here = world.here();
+    let now = world
+        .wall_clock()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
@@ -117,7 +168,7 @@ fn lock_text(token: u128, generation: u64, lease: Duration) -> Vec<u8> {
         here.host,
         here.boot,
         here.pid_ns,
-        std::process::id(),
+        world.pid(),
         lease.as_millis()
     )
     .into_bytes()
@@ -207,23 +258,21 @@ impl S3Medium {
             .as_nanos()
             ^ (u128::from(std::process::id()) << 64)
             ^ (self as *const S3Medium as u128);
-        let admin = crate::Admin::new(&self.config)?;
+        let world = self.world.clone();
         let key_name = key.to_string();
         let mut attempts = 0;
         let (etag, generation) = loop {
             attempts += 1;
             let head_generation = self.fetch_head()?.generation;
-            let held = admin
-                .get_dated(&self.location.bucket, &key_name)
-                .map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("{}: reading the store's lock: {e}", self.location),
-                    )
-                })?;
+            let held = self.get_dated(&key, &key_name).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: reading the store's lock: {e}", self.location),
+                )
+            })?;
             let Some(held) = held else {
                 let generation = head_generation + 1;
-                let mine = Bytes::from(lock_text(token, generation, lease));
+                let mine = Bytes::from(lock_text(&*world, token, generation, lease));
                 match self.runtime.block_on(self.put(&key, mine, PutMode::Create)) {
                     Ok(etag) => break (etag, generation),
                     // Another opener created it meanwhile: judge theirs.
@@ -236,7 +285,9 @@ impl S3Medium {
             };
             let holder = Holder::parse(&String::from_utf8_lossy(&held.body));
             let holder_lease = holder.lease.unwrap_or(lease);
-            if !holder.is_gone(held.age, holder_lease, &Here::now(), pid_alive) {
+            if !holder.is_gone(held.age, holder_lease, &world.here(), |pid| {
+                world.alive(pid)
+            }) {
                 let age = match held.age {
                     Some(a) => format!("rewritten {}s ago by the server's clock", a.as_secs()),
                     None => "of unknown age: the server gives no dates".into(),
@@ -252,7 +303,7 @@ impl S3Medium {
                 ));
             }
             let generation = holder.generation.max(head_generation) + 1;
-            let mine = Bytes::from(lock_text(token, generation, lease));
+            let mine = Bytes::from(lock_text(&*world, token, generation, lease));
             let mode = PutMode::Update(UpdateVersion {
                 e_tag: held.etag,
                 version: None,
@@ -267,6 +318,7 @@ impl S3Medium {
             }
         };
         let state = Arc::new(LockState {
+            world: world.clone(),
             key,
             token,
             generation,
@@ -280,15 +332,61 @@ impl S3Medium {
             self.runtime.handle().clone(),
             state.clone(),
         );
-        let renewer = std::thread::Builder::new()
-            .name("oubli-s3-lock".into())
-            .spawn(move || renew(&*store, &handle, &st, lease))?;
+        let renewer = if world.renews_itself() {
+            Some(
+                std::thread::Builder::new()
+                    .name("oubli-s3-lock".into())
+                    .spawn(move || renew(&*store, &handle, &st, lease))?,
+            )
+        } else {
+            None
+        };
         self.lock = Some(WriterLock {
             state,
-            renewer: Some(renewer),
+            renewer,
             generation,
         });
         Ok(())
+    }
+
+    /// The lock object with the server's dates: from the server's dated GET,
+    /// or (a world that keeps the server's clock) from the store's own
+    /// `Last-Modified` and the world's `server_now`.
+    fn get_dated(&self, key: &ObjectPath, key_name: &str) -> io::Result<Option<crate::Dated>> {
+        let Some(now) = self.world.server_now() else {
+            let admin = crate::Admin::new(&self.config)?;
+            return admin.get_dated(&self.location.bucket, key_name);
+        };
+        let got = self.runtime.block_on(async {
+            let got = self.store.get(key).await?;
+            let meta = got.meta.clone();
+            Ok::<_, object_store::Error>((meta, got.bytes().await?))
+        });
+        match got {
+            Ok((meta, body)) => Ok(Some(crate::Dated {
+                body,
+                etag: meta.e_tag,
+                age: Some(
+                    (now - meta.last_modified)
+                        .to_std()
+                        .unwrap_or(Duration::ZERO),
+                ),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("a dated GET", e)),
+        }
+    }
+
+    /// Renews the lock once, as the renewing thread does every third of
+    /// the lease: for a [`LeaseWorld`] that does not renew by itself.
+    /// `false` once the lock is known lost (or there is none).
+    pub fn renew_lock(&self) -> bool {
+        let Some(lock) = &self.lock else {
+            return false;
+        };
+        let st = &lock.state;
+        let body = Bytes::from(lock_text(&*st.world, st.token, st.generation, st.lease));
+        renew_once(&*self.store, self.runtime.handle(), st, body)
     }
 
     /// Starts this writer's generation: lists the store under the lock,
@@ -428,7 +526,7 @@ fn renew(
                 return;
             }
         }
-        let body = Bytes::from(lock_text(st.token, st.generation, st.lease));
+        let body = Bytes::from(lock_text(&*st.world, st.token, st.generation, st.lease));
         if !renew_once(store, handle, st, body) {
             return;
         }
@@ -545,6 +643,7 @@ mod tests {
         };
         let first = put(b"taken", PutMode::Create);
         let state = LockState {
+            world: Arc::new(RealWorld),
             key: key.clone(),
             token: 1,
             generation: 1,

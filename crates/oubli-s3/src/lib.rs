@@ -57,7 +57,7 @@ pub mod test_server;
 
 pub use admin::{Admin, Dated, History, ObjectVersion};
 pub use config::{S3Config, S3Location};
-pub use lease::LEASE;
+pub use lease::{Here, Holder, LeaseWorld, RealWorld, LEASE};
 use readahead::ReadAhead;
 pub use readahead::{PREFETCH_DEPTH, READ_AHEAD, READ_AHEAD_WINDOWS};
 
@@ -100,6 +100,9 @@ pub struct S3Medium {
     gets: std::sync::atomic::AtomicU64,
     /// The writer's lock, when opened with [`S3Medium::open_writer`].
     lock: Option<WriterLock>,
+    /// Identity, liveness, the server's clock and the renewals' schedule
+    /// as the lease sees them ([`RealWorld`] but under a simulator).
+    world: Arc<dyn LeaseWorld>,
 }
 
 #[derive(Default)]
@@ -284,6 +287,17 @@ impl S3Medium {
         let store: AmazonS3 = builder
             .build()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{location}: {e}")))?;
+        Self::open_on(Arc::new(store), location, config, Arc::new(RealWorld))
+    }
+
+    /// Opens on any `ObjectStore` (a simulator's in-memory one behind its
+    /// faults), the lease seeing the world through `world`.
+    fn open_on(
+        store: Arc<dyn ObjectStore>,
+        location: &S3Location,
+        config: &S3Config,
+        world: Arc<dyn LeaseWorld>,
+    ) -> io::Result<S3Medium> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("oubli-s3")
@@ -291,7 +305,8 @@ impl S3Medium {
             .build()?;
         let medium = S3Medium {
             runtime,
-            store: Arc::new(store),
+            store,
+            world,
             location: location.clone(),
             config: config.clone(),
             state: Mutex::new(State::default()),
@@ -337,11 +352,30 @@ impl S3Medium {
         config: &S3Config,
         lease: Duration,
     ) -> io::Result<S3Medium> {
-        let mut medium = Self::open_with(location, config)?;
-        medium.take_lock(lease)?;
-        medium.start_generation()?;
-        medium.tidy();
-        Ok(medium)
+        let medium = Self::open_with(location, config)?;
+        medium.become_writer(lease)
+    }
+
+    /// [`open_writer_with`](Self::open_writer_with) on any `ObjectStore`,
+    /// with the lease seeing the world through `world` instead of the real
+    /// one: the simulator's seam (crates/oubli-testkit/src/sim/s3.rs), for
+    /// simulated time, renewals and processes of other containers. The
+    /// store's `last_modified` must follow `world`'s server clock.
+    pub fn open_writer_on(
+        store: Arc<dyn ObjectStore>,
+        location: &S3Location,
+        lease: Duration,
+        world: Arc<dyn LeaseWorld>,
+    ) -> io::Result<S3Medium> {
+        let medium = Self::open_on(store, location, &S3Config::default(), world)?;
+        medium.become_writer(lease)
+    }
+
+    fn become_writer(mut self, lease: Duration) -> io::Result<S3Medium> {
+        self.take_lock(lease)?;
+        self.start_generation()?;
+        self.tidy();
+        Ok(self)
     }
 
     /// `(PUTs sent, syncs served)` so far: what a flush costs in requests.

@@ -32,6 +32,7 @@ fn regression_seeds() -> Vec<(u64, Config)> {
                     "--no-full" => config.full = false,
                     "--no-race" => config.race = false,
                     "--no-sched" => config.sched = false,
+                    "--no-s3" => config.s3 = false,
                     "--no-slow" => config.slow = false,
                     other => panic!("sim-seeds: unknown flag {other}"),
                 }
@@ -174,6 +175,9 @@ fn simulate() {
     }
     if std::env::var_os("OUBLI_SIM_NO_SCHED").is_some() {
         config.sched = false;
+    }
+    if std::env::var_os("OUBLI_SIM_NO_S3").is_some() {
+        config.s3 = false;
     }
     if std::env::var_os("OUBLI_SIM_NO_SLOW").is_some() {
         config.slow = false;

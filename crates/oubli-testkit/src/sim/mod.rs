@@ -31,6 +31,7 @@ pub mod crypto;
 mod full;
 pub mod media;
 pub mod medium;
+pub mod s3;
 pub mod sched;
 pub mod vault;
 
@@ -109,6 +110,9 @@ pub struct Config {
     /// Whether slow medium and vault calls and vault hangs are simulated
     /// (`--no-slow` leaves them out).
     pub slow: bool,
+    /// Whether one seed in several runs on S3 ([`s3::on_s3`]; `--no-s3`
+    /// runs those as the others).
+    pub s3: bool,
 }
 
 impl Default for Config {
@@ -122,6 +126,7 @@ impl Default for Config {
             sched: true,
             medium: None,
             slow: true,
+            s3: true,
         }
     }
 }
@@ -147,6 +152,9 @@ impl Config {
         }
         if !self.slow {
             cmd += " --no-slow";
+        }
+        if !self.s3 {
+            cmd += " --no-s3";
         }
         if let Some(m) = self.mutation {
             cmd += &format!(" --mutation {}", m.name());
@@ -200,6 +208,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Report, Failure> {
         std::thread::spawn(move || watch(seed, replay, trace, progress, done))
     };
     let result = catch_unwind(AssertUnwindSafe(|| {
+        // Mutations plant defects in the other media's wrappers, and
+        // `--medium` names one of those: such seeds stay there.
+        if config.s3 && config.mutation.is_none() && config.medium.is_none() && s3::on_s3(seed) {
+            return s3::run(seed, config, trace.clone(), progress.clone());
+        }
         let mut sim = Sim::new(seed, config.clone(), trace.clone(), progress);
         sim.go().map(|()| sim.report())
     }));

@@ -1,12 +1,22 @@
 //! Measuring a store for a certificate, in the process that holds it (a one-shot command, or a mount through `certify-measure` on its control socket), and building the certificate from two measures.
 
 use super::{
-    audit_limits, method_for, now_utc, random_id, record_digest, Certificate, Coverage,
-    EpochTotals, Erased, ErasedItem, MediumKind, NameForm, Outcome, RetainedItem, StoreFacts, Tool,
-    VaultRecords, Verification, FORMAT, VERSION,
+    audit_limits, method_for, now_utc, random_id, record_digest, Category, Certificate, Coverage,
+    EpochTotals, Erased, ErasedItem, MediumKind, Method, NameForm, Outcome, RetainedItem,
+    StoreFacts, Tool, VaultRecords, Verification, FORMAT, VERSION,
 };
 use crate::{Store, VaultInfo};
 use serde::{Deserialize, Serialize};
+
+impl From<&VaultInfo> for VaultFacts {
+    fn from(info: &VaultInfo) -> VaultFacts {
+        VaultFacts {
+            kind: info.kind.clone(),
+            location: info.location.clone(),
+            overwrite_is_erasure: info.overwrite_is_erasure,
+        }
+    }
+}
 
 /// The vault's static facts (`VaultInfo` on the wire).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -92,6 +102,9 @@ pub struct Statement {
     /// The store as users name it (directory, `s3://...`, `nand:IMAGE`).
     pub location: String,
     pub tool: Tool,
+    /// `share destroy`: the share's own vault, whose overwrite erased the
+    /// data under the share.
+    pub share_vault: Option<VaultFacts>,
 }
 
 /// The certificate of the erasure between `before` and `after`, unsigned.
@@ -121,7 +134,10 @@ pub fn build(before: &Measure, after: &Measure, statement: Statement) -> Certifi
             epoch_before: before.epoch,
             epoch_after: after.epoch,
         },
-        method: method_for(&vault),
+        method: match &statement.share_vault {
+            None => method_for(&vault),
+            Some(share) => with_share_vault(method_for(&vault), share),
+        },
         verification: Verification {
             method: "oubli audit".into(),
             coverage: Coverage::Full,
@@ -142,11 +158,75 @@ pub fn build(before: &Measure, after: &Measure, statement: Statement) -> Certifi
     }
 }
 
+/// The method of a share's destruction: the data under the share needed
+/// the share's key, destroyed in the share's own vault; a Purge only if
+/// that vault's overwrite erases too.
+pub fn with_share_vault(mut method: Method, share: &VaultFacts) -> Method {
+    let share_method = method_for(&VaultInfo {
+        kind: share.kind.clone(),
+        location: share.location.clone(),
+        endurance_writes: None,
+        overwrite_is_erasure: share.overwrite_is_erasure,
+    });
+    let erases = share_method.category == Category::Purge;
+    if !erases {
+        method.category = Category::Clear;
+    }
+    method.statement += &format!(
+        " The data placed under the share was sealed under the share's key as well; that key was destroyed in the share's own vault, of kind {} at {}, {}",
+        share.kind,
+        share.location,
+        if erases {
+            "whose overwrite destroys the old value on the device."
+        } else {
+            "whose medium may keep old copies of it: the share's erasure is NOT a Purge."
+        }
+    );
+    method
+}
+
 /// The sum of two totals (an open's commit, then the command's).
 pub fn add(a: &EpochTotals, b: &EpochTotals) -> EpochTotals {
     EpochTotals {
         deletions: a.deletions + b.deletions,
         sealed_bytes: a.sealed_bytes + b.sealed_bytes,
         units: a.units + b.units,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(kind: &str, erases: bool) -> VaultFacts {
+        VaultFacts {
+            kind: kind.into(),
+            location: "x".into(),
+            overwrite_is_erasure: erases,
+        }
+    }
+
+    #[test]
+    fn a_share_destroyed_in_a_vault_that_keeps_copies_makes_no_purge() {
+        let token = VaultInfo {
+            kind: "pkcs11".into(),
+            location: "t".into(),
+            endurance_writes: None,
+            overwrite_is_erasure: true,
+        };
+        let m = with_share_vault(method_for(&token), &facts("file", false));
+        assert_eq!(m.category, Category::Clear);
+        assert!(
+            m.statement.contains("share's erasure is NOT a Purge"),
+            "{}",
+            m.statement
+        );
+        let m = with_share_vault(method_for(&token), &facts("tpm2", true));
+        assert_eq!(m.category, Category::Purge);
+        assert!(
+            m.statement.contains("share's own vault, of kind tpm2"),
+            "{}",
+            m.statement
+        );
     }
 }

@@ -154,7 +154,8 @@ fn destroy(
         "destroyed share {name}: its key in {} is overwritten and the store committed; everything placed under it is unrecoverable, in every snapshot and every old copy of the store\n",
         session::shown(Path::new(&share.vault))
     );
-    if let (Some(request), Some(tally)) = (request, tally) {
+    if let (Some(mut request), Some(tally)) = (request, tally) {
+        request.share_vault(&vault.info());
         let item = oubli::certificate::ErasedItem {
             kind: oubli::certificate::ItemKind::Share,
             name: request.name(name),

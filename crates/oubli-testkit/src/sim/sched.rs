@@ -602,6 +602,16 @@ impl Sim {
             self.runner.model = model;
         }
         self.check_model(&format!("after the scheduled step #{i}"))?;
+        if effects.iter().any(|e| matches!(e, Effect::Share(_))) {
+            // A state with the placement and one without read back alike
+            // (the model's diff compares contents, not placements): after
+            // a later crash the oracle could not tell which one the store
+            // holds. A flush makes the placement acknowledged.
+            if let Err(e) = store.flush() {
+                return self.extra_failed(i, "the flush after a scheduled placement", e);
+            }
+            self.runner.acked = self.runner.model.clone();
+        }
         if beside.iter().any(|b| b.commits()) {
             // What the scheduled commits covered is not known here: one
             // more, reported, and the adversary.

@@ -783,8 +783,10 @@ fn a_store_opens_on_a_medium_another_program_filled_to_the_last_byte() {
     no_space("a delete", store.delete(logged));
     no_space("a commit", store.commit());
     assert_eq!(store.read(logged, 0, size).unwrap(), noise(size, 2));
-    // The other program frees its file: the same handle goes on.
+    // The other program frees its file: the same handle goes on, a flush
+    // first (the commit the open could not make is what it writes).
     medium.set_space_limit(Some(LIMIT));
+    store.flush().unwrap();
     store.delete(logged).unwrap();
     store.commit().unwrap();
     drop(store);

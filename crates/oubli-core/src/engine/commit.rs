@@ -636,6 +636,7 @@ impl Engine {
     /// intent log, its place reserved. `None` when there is nothing to make
     /// durable, or when the log was full and a commit did the job.
     pub(super) fn begin_flush(&mut self) -> Result<Option<FlushPlan>> {
+        self.commit_owed_at_open()?;
         self.writable()?;
         self.resolve_vault_unknown()?;
         // A flush that a full medium stopped goes first: the frames after

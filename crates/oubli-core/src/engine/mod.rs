@@ -758,6 +758,18 @@ impl Engine {
         Ok(())
     }
 
+    /// Tries again the commit an open on a full medium could not make (the
+    /// space may be back): `NoSpace` while it is not.
+    fn commit_owed_at_open(&mut self) -> Result<()> {
+        if self.full_at_open.is_none() || self.committable().is_err() {
+            return Ok(());
+        }
+        match self.commit() {
+            Ok(()) | Err(Error::ErasureIncomplete { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// What [`writable`](Self::writable) checks but a store opened on a
     /// full medium: a commit is what ends that state.
     fn committable(&self) -> Result<()> {
@@ -779,14 +791,7 @@ impl Engine {
     /// new change while the vault could not take the last commit: retries
     /// the commit (at most every few seconds) and accepts again once it lands.
     fn mutable(&mut self) -> Result<()> {
-        if self.full_at_open.is_some() && self.committable().is_ok() {
-            // The commit the open could not make, tried again: the space
-            // may be back. `NoSpace` while it is not.
-            match self.commit() {
-                Ok(()) | Err(Error::ErasureIncomplete { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.commit_owed_at_open()?;
         self.writable()?;
         let Some((why, since)) = &self.vault_down else {
             return Ok(());

@@ -114,10 +114,18 @@ impl Sim {
             .copied()
             .find(|&o| o != ROOT_DIR && !self.runner.model.destroyed.contains(&o));
         if let Some(oid) = victim {
-            store
-                .delete(oid)
-                .map_err(|e2| full(&format!("deleting object {oid}"), e2))?;
-            self.runner.model.objects.remove(&oid);
+            match store.delete(oid) {
+                Ok(()) => {
+                    self.runner.model.objects.remove(&oid);
+                }
+                // A store opened on this medium waits for the commit its
+                // open could not make: changes answer NoSpace, having
+                // changed nothing (the model check below).
+                Err(e2) if is_full(&e2) => self.note(format!(
+                    "#{i} deleting object {oid} on the full medium: {e2}"
+                )),
+                Err(e2) => return Err(full(&format!("deleting object {oid}"), e2)),
+            }
         }
         match store.commit() {
             Ok(()) => {

@@ -229,9 +229,16 @@ impl Fs {
                 self.store.use_small_cells(ino).map_err(errno)?;
             }
         }
-        self.store.write(ino, offset, data).map_err(errno)?;
-        st.stored.set(None);
+        // A write inside a file whose every block holds data (known from an
+        // earlier `st_blocks`) leaves the count as it was: kept, and the
+        // kernel not told (below).
         let end = offset + data.len() as u64;
+        let blocks_kept =
+            end <= st.size && st.stored.get() == Some(st.size.div_ceil(DATA_BLOCK) * DATA_BLOCK);
+        self.store.write(ino, offset, data).map_err(errno)?;
+        if !blocks_kept {
+            st.stored.set(None);
+        }
         if end > st.size && !data.is_empty() {
             st.size = end;
         }
@@ -246,10 +253,13 @@ impl Fs {
         // a write arriving here at writeback is not the time of the change.)
         let sensitive = st.sensitive();
         drop(st);
-        if self.writeback {
+        if self.writeback && !blocks_kept {
             // The kernel's cached attributes predate this writeback: its
             // st_blocks would show the file without these bytes (a file that
-            // looks sparse or empty to cp and tar).
+            // looks sparse or empty to cp and tar). Not for every write: with
+            // the cache, each write(2) after this asks for the attributes
+            // again (the kernel checks size and mode at every write), which
+            // halved fsync'd 4 KiB writes with 4 jobs.
             self.tell_kernel_attrs_changed(ino);
         }
         if overwrote && sensitive {

@@ -26,6 +26,9 @@ impl FilledBy {
     }
 }
 
+/// The disk a store fills itself on: 64 test segments.
+const STORE_DISK: u64 = 64 * harness::TEST_SEGMENT;
+
 /// The smallest medium on which a store holding `held` bytes has `room`
 /// bytes for new data besides its reserve.
 fn size_with_reserve(held: u64, room: u64) -> u64 {
@@ -45,13 +48,24 @@ impl Sim {
         } else {
             FilledBy::Other
         };
-        let capacity = match by {
-            FilledBy::Store => {
-                size_with_reserve(used, (1 + self.rng.below(4)) * harness::TEST_SEGMENT / 2)
-            }
+        let room = match by {
+            FilledBy::Store => (1 + self.rng.below(4)) * harness::TEST_SEGMENT / 2,
             // Every free byte, or up to half a segment more.
-            FilledBy::Other => used + self.rng.below(3) * harness::TEST_SEGMENT / 4,
+            FilledBy::Other => self.rng.below(3) * harness::TEST_SEGMENT / 4,
         };
+        let (capacity, total) = match by {
+            // A disk of 64 segments or more (data segments are at most
+            // 1/64 of a medium, DESIGN §7), of which another program holds
+            // all but what the store holds, `room` and the store's
+            // reserve: on a disk of a few segments the reserve (an eighth)
+            // would not hold the one segment the cleaner copies forward.
+            FilledBy::Store => {
+                let total = STORE_DISK.max(size_with_reserve(used, room));
+                (used + room + oubli_core::reserve_for(total), total)
+            }
+            FilledBy::Other => (used + room, 0),
+        };
+        self.medium.set_total(total);
         self.medium.set_capacity(capacity);
         self.filled_by = Some(by);
         if by == FilledBy::Store {

@@ -25,6 +25,10 @@ pub struct SimMedium {
     used: AtomicU64,
     /// Bytes the medium may hold (`u64::MAX`: no limit).
     capacity: AtomicU64,
+    /// The size the medium reports while it has a capacity (0: the
+    /// capacity): a disk larger than what is free for the store
+    /// (sim/full.rs, "filled by the store").
+    total: AtomicU64,
     /// Mutation check only: `sync` reports success without syncing.
     pub skip_sync: AtomicBool,
     /// Appends refused for lack of room.
@@ -49,6 +53,7 @@ impl SimMedium {
             fault: FaultMedium::new(RecordingMedium::new(mem)),
             used: AtomicU64::new(used),
             capacity: AtomicU64::new(u64::MAX),
+            total: AtomicU64::new(0),
             skip_sync: AtomicBool::new(false),
             full_refusals: AtomicU64::new(0),
             backend: RwLock::new(None),
@@ -134,6 +139,11 @@ impl SimMedium {
     /// Sets the capacity (`u64::MAX` lifts it).
     pub fn set_capacity(&self, capacity: u64) {
         self.capacity.store(capacity, Ordering::SeqCst);
+    }
+
+    /// Sets the size the medium reports (0: its capacity).
+    pub fn set_total(&self, total: u64) {
+        self.total.store(total, Ordering::SeqCst);
     }
 
     pub fn capacity(&self) -> u64 {
@@ -285,7 +295,7 @@ impl Medium for SimMedium {
             return Ok(None);
         }
         Ok(Some(oubli_core::Space {
-            total: capacity,
+            total: capacity.max(self.total.load(Ordering::SeqCst)),
             free: capacity.saturating_sub(self.used()),
         }))
     }

@@ -164,7 +164,10 @@ impl SimMedium {
 
 impl Medium for SimMedium {
     fn describe(&self) -> String {
-        format!("simulated medium over {}", self.fault.describe())
+        match self.real(|m| Ok(m.describe())) {
+            Some(Ok(real)) => format!("simulated medium: {real}, beside {}", self.fault.describe()),
+            _ => format!("simulated medium over {}", self.fault.describe()),
+        }
     }
     fn segment_capacity(&self) -> u64 {
         self.fault.segment_capacity()

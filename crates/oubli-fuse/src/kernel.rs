@@ -10,8 +10,8 @@ use crate::snapdir::{self, attr_in, in_snapshot, Place, Snapdir, SNAPDIR_INO, SN
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -20,10 +20,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// How long the kernel may cache names and attributes. Every change goes
-/// through this mount, so the kernel's copies can only be stale after a
-/// change it made itself and invalidates.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache names and attributes of the live tree (an
+/// hour, as a local file system's that it never asks again). Every change
+/// but a redaction's passes through the kernel, which applies it to its
+/// caches; a redaction tells it (`fs/notify.rs`). Snapshots' are never
+/// cached ([`ttl`]). docs/FUSE.md, "The kernel's caches".
+const TTL: Duration = Duration::from_secs(3600);
 /// Largest write (and read-ahead) the kernel sends in one request.
 pub(crate) const MAX_IO: u32 = 1 << 20;
 
@@ -88,6 +90,22 @@ impl Kernel {
             });
         }
         Ok(())
+    }
+
+    /// The attributes of any inode, `.snapshots` included (no reference taken).
+    fn attr_of_any(&self, ino: u64) -> R<fuser::FileAttr> {
+        if ino == SNAPDIR_INO {
+            self.snapdir_attr()
+        } else {
+            self.attr_of(ino, |fs, oid| fs.getattr(oid))
+        }
+    }
+
+    /// Gives back one reference the kernel did not take after all.
+    fn forget_one(&self, ino: u64) {
+        if let Ok((fs, oid, _)) = self.on(ino) {
+            fs.forget(oid, 1);
+        }
     }
 
     fn snapdir_attr(&self) -> R<fuser::FileAttr> {
@@ -170,6 +188,27 @@ fn ttl(ino: INodeNo, fresh: bool) -> Duration {
     }
 }
 
+/// The entry of a name that does not exist (node 0: a negative entry).
+fn no_such_name() -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     match r {
         Ok(()) => reply.ok(),
@@ -200,10 +239,21 @@ impl Filesystem for Kernel {
         // Requests in one directory may run in parallel (the engine serialises what must be).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        // Listings carry each entry's attributes (one request for `ls -l`,
+        // `find`, `git status` instead of one lookup per name); the kernel
+        // asks for them when lookups follow a listing.
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         // File handles (name_to_handle_at, NFS re-export) outlive the
         // kernel's caches and remounts: inode numbers are object ids, never
         // reused, and "." / ".." are answered by id.
         let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
+        if self.fs.writeback {
+            // Small writes gather in the page cache and come as large ones
+            // (FUSE.md, "The writeback cache"); the kernel then owns size,
+            // mtime and ctime, and sends them by setattr.
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         Ok(())
     }
 
@@ -214,7 +264,15 @@ impl Filesystem for Kernel {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.lookup_in(parent.0, name.as_bytes()));
+        match self.lookup_in(parent.0, name.as_bytes()) {
+            // No name appears in the live tree but through the kernel, which
+            // then drops what it remembered: it may remember the absence
+            // (node 0), as for a name it looked up (git, a shell's PATH).
+            Err(Errno::ENOENT) if !in_snapshot(parent.0) => {
+                reply.entry(&TTL, &no_such_name(), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -248,12 +306,6 @@ impl Filesystem for Kernel {
         ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
-        if self.fs.writeback {
-            // Small writes gather in the page cache and come as large ones
-            // (FUSE.md, "The writeback cache"); the kernel then owns size,
-            // mtime and ctime, and sends them by setattr.
-            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
-        }
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<BsdFileFlags>,
@@ -552,6 +604,89 @@ impl Filesystem for Kernel {
                 let snap_root = slot > 0 && oid == oubli_core::ROOT_DIR;
                 fs.readdir(oid, fh.0, offset, &mut |e, next| {
                     add(e, next, slot, snap_root)
+                })
+            })
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// A listing with each entry's attributes: every entry but `.` and
+    /// `..` is a lookup (the kernel takes a reference to it, which is
+    /// counted here and forgotten again if the entry does not fit).
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let fresh = self.fs.attrs_always_fresh();
+        // The listed directory's own attributes stand in for `.` and `..`
+        // (the kernel takes none from them) with their inode numbers.
+        let dir_attr = match self.attr_of_any(ino.0) {
+            Ok(a) => a,
+            Err(e) => return reply.error(e),
+        };
+        // `entry` looks one entry up (with its reference); `(ino, name, next)`.
+        let mut add = |ino: u64, name: &[u8], next: u64, entry: &dyn Fn() -> R<fuser::FileAttr>| {
+            let dots = matches!(name, b"." | b"..");
+            let attr = if dots {
+                fuser::FileAttr {
+                    ino: INodeNo(ino),
+                    kind: FileType::Directory,
+                    ..dir_attr
+                }
+            } else {
+                match entry() {
+                    Ok(a) => a,
+                    // Gone since the listing was taken: left out, as readdir does.
+                    Err(_) => return false,
+                }
+            };
+            let ttl = ttl(attr.ino, fresh);
+            let full = reply.add(
+                attr.ino,
+                next,
+                OsStr::from_bytes(name),
+                &ttl,
+                &attr,
+                Generation(0),
+            );
+            if full && !dots {
+                self.forget_one(attr.ino.0);
+            }
+            full
+        };
+        let r = if ino.0 == SNAPDIR_INO {
+            self.snapdir_listing().map(|entries| {
+                for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+                    if add(e.ino, &e.name, i as u64 + 1, &|| {
+                        self.lookup_in(SNAPDIR_INO, &e.name)
+                    }) {
+                        break;
+                    }
+                }
+            })
+        } else {
+            self.on(ino.0).and_then(|(fs, oid, slot)| {
+                let snap_root = slot > 0 && oid == oubli_core::ROOT_DIR;
+                fs.readdir(oid, fh.0, offset, &mut |e, next| {
+                    let ino = match e.name.as_slice() {
+                        b".." if snap_root => SNAPDIR_INO,
+                        _ if e.ino == SNAPDIR_INO => SNAPDIR_INO,
+                        _ => snapdir::ino(slot, e.ino),
+                    };
+                    add(ino, &e.name, next, &|| {
+                        if e.ino == SNAPDIR_INO {
+                            self.snapdir_attr()
+                        } else {
+                            fs.entry_attr(e.ino).map(|a| attr_in(slot, a))
+                        }
+                    })
                 })
             })
         };

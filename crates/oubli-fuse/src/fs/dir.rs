@@ -682,6 +682,14 @@ impl Fs {
         Ok(out)
     }
 
+    /// An entry's attributes for a listing that carries them
+    /// (READDIRPLUS), with one kernel reference taken, as a lookup does.
+    pub(crate) fn entry_attr(&self, oid: u64) -> R<FileAttr> {
+        let node = self.node_ref(oid, 1)?;
+        let st = lock(&node.st);
+        Ok(self.file_attr(oid, &st))
+    }
+
     pub(crate) fn releasedir(&self, fh: u64) {
         lock(&self.dirs).remove(&fh);
     }

@@ -24,6 +24,7 @@ mod attr;
 mod dir;
 mod inodes;
 mod io;
+mod notify;
 mod snap;
 #[cfg(test)]
 mod tests;
@@ -173,7 +174,6 @@ pub(crate) struct Fs {
     show_snapdir: bool,
     /// When reads move the access time.
     atime: AtimeMode,
-    /// Tells the kernel about names removed other than by its own requests (redaction).
     /// The kernel's writeback cache is on: it owns size, mtime and ctime of
     /// the files it caches and sends them by setattr (io.rs, attr.rs).
     pub(crate) writeback: bool,
@@ -181,6 +181,7 @@ pub(crate) struct Fs {
     /// (`SEEK_DATA`/`SEEK_HOLE`, io.rs); `None` with a single request loop,
     /// which could not serve those writes while it waits.
     writing_back: Option<Mutex<()>>,
+    /// Tells the kernel about names removed other than by its own requests (redaction).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Names removed in the open epoch: what the message names when the
     /// unmount's commit fails and they stay recoverable.
@@ -289,9 +290,9 @@ impl Fs {
             space_from: opts.space_from.clone(),
             show_snapdir: opts.snapdir_visible,
             atime: AtimeMode::of(opts),
-            notifier: std::sync::OnceLock::new(),
             writeback: opts.writeback_cache && !opts.read_only,
             writing_back: (opts.threads > 1).then(|| Mutex::new(())),
+            notifier: std::sync::OnceLock::new(),
             removed: Mutex::new(Removed::default()),
             unfinished: Mutex::new(None),
         };

@@ -3,7 +3,7 @@
 use super::{errno, Fs, R};
 use crate::options::MountOptions;
 use crate::snapdir::SnapshotFs;
-use fuser::{Errno, INodeNo};
+use fuser::Errno;
 use oubli_core::{Error as StoreError, Store, ROOT_DIR};
 use std::collections::BTreeSet;
 use std::io;
@@ -60,15 +60,22 @@ impl Fs {
                 .unwrap_or(ROOT_DIR);
             self.remove_tree(parent, last, oid).map_err(sys)?;
             // Other hard links of the removed files, anywhere in the tree.
-            for (dir, name) in self.names_of(&oids).map_err(store_err)? {
+            for (dir, name, oid) in self.names_of(&oids).map_err(store_err)? {
                 match self.unlink(dir, &name) {
-                    Ok(()) => self.tell_kernel_gone(dir, &name),
+                    Ok(()) => self.tell_kernel_removed(dir, &name, oid),
                     Err(Errno::ENOENT) => {}
                     Err(e) => return Err(sys(e)),
                 }
             }
         }
         let oids: Vec<u64> = oids.into_iter().collect();
+        if live.is_some() {
+            // Their attributes (links left) and pages, which the kernel may
+            // hold for an inode it keeps after the names went.
+            for &oid in &oids {
+                self.tell_kernel_changed(oid);
+            }
+        }
         let still_open = oids
             .iter()
             .filter(|&&oid| self.store.exists(oid).unwrap_or(false))
@@ -93,22 +100,14 @@ impl Fs {
         } else {
             self.unlink(parent, name)?;
         }
-        self.tell_kernel_gone(parent, name);
+        self.tell_kernel_removed(parent, name, oid);
         Ok(())
     }
 
-    /// Drops the kernel's cached name, which it did not remove itself.
-    fn tell_kernel_gone(&self, parent: u64, name: &[u8]) {
-        use std::os::unix::ffi::OsStrExt;
-        if let Some(n) = self.notifier.get() {
-            // ENOENT: the kernel did not have it cached.
-            let _ = n.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(name));
-        }
-    }
-
-    /// Every live name (directory, name) that points at one of `oids` (a
-    /// walk of the whole tree; empty at once when none of them is linked).
-    fn names_of(&self, oids: &BTreeSet<u64>) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    /// Every live name (directory, name, object) that points at one of
+    /// `oids` (a walk of the whole tree; empty at once when none of them is
+    /// linked).
+    fn names_of(&self, oids: &BTreeSet<u64>) -> Result<Vec<(u64, Vec<u8>, u64)>, StoreError> {
         let linked = oids.iter().any(|&oid| {
             self.fetch(oid)
                 .map(|(a, _)| a.nlink > 0 && !a.is_dir())
@@ -122,7 +121,7 @@ impl Fs {
         while let Some(dir) = dirs.pop() {
             for (name, target) in self.store.list(dir)? {
                 if oids.contains(&target) {
-                    out.push((dir, name));
+                    out.push((dir, name, target));
                 } else if self.fetch(target).is_ok_and(|(a, _)| a.is_dir()) {
                     dirs.push(target);
                 }

@@ -1,0 +1,126 @@
+//! The kernel's caches (names, attributes, pages, listings) against removals it does not make itself: a redaction through the control path, a snapshot removed. A stale name disappears at once and its data never reads again (docs/FUSE.md, "The kernel's caches").
+
+mod common;
+use common::*;
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Fills the kernel's caches with `names`: their entries and attributes
+/// (stat), the listings of their directories, and the pages of the files.
+fn cache(m: &Mounted, names: &[&str]) {
+    for n in names {
+        let p = m.path(n);
+        let md = fs::metadata(&p).unwrap();
+        if md.is_dir() {
+            fs::read_dir(&p).unwrap().for_each(drop);
+        } else {
+            fs::read(&p).unwrap();
+        }
+        fs::metadata(&p).unwrap();
+    }
+}
+
+/// Whatever `name` now gives: its bytes, or the errno that refused them.
+fn read_by_name(m: &Mounted, name: &str) -> Result<Vec<u8>, i32> {
+    let mut out = Vec::new();
+    File::open(m.path(name))
+        .and_then(|mut f| f.read_to_end(&mut out))
+        .map(|_| out)
+        .map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
+/// A redaction removes names the kernel holds in its caches, one of them
+/// a file another reader keeps open (so the object outlives the name, for
+/// that reader only, as after an unlink): every removed name is gone at
+/// once — stat and open answer ENOENT, never the cached entry and never the
+/// bytes — the listings no longer show them, and the open reader's fstat
+/// shows no link left.
+#[test]
+fn a_redacted_name_leaves_the_kernel_caches_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::new(mem_store(), default_options());
+    let p = |n: &str| m.path(n);
+    fs::create_dir_all(p("case/docs")).unwrap();
+    fs::write(p("case/docs/report"), b"SECRET report").unwrap();
+    fs::write(p("case/summary"), b"SECRET summary").unwrap();
+    fs::hard_link(p("case/summary"), p("summary-link")).unwrap();
+    fs::write(p("keep"), b"unrelated").unwrap();
+    let removed = [
+        "case/docs/report",
+        "case/docs",
+        "case/summary",
+        "case",
+        "summary-link",
+    ];
+    cache(&m, &removed);
+    cache(&m, &["", "keep"]);
+    let reader = File::open(p("case/summary")).unwrap();
+    assert_eq!(reader.metadata().unwrap().nlink(), 2);
+
+    let r = m.session().handle().redact(Path::new("case")).unwrap();
+    assert_eq!(r.still_open, 1, "the summary is open");
+    for name in removed {
+        assert_eq!(
+            errno(fs::symlink_metadata(p(name))),
+            libc::ENOENT,
+            "{name}: the name outlived its redaction in the kernel's cache"
+        );
+        assert_eq!(
+            read_by_name(&m, name),
+            Err(libc::ENOENT),
+            "{name}: opened by its removed name"
+        );
+    }
+    let listed: Vec<_> = fs::read_dir(p(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(listed, ["keep"], "the root's listing");
+    assert_eq!(
+        reader.metadata().unwrap().nlink(),
+        0,
+        "the open reader's fstat still counts the removed links"
+    );
+    assert_eq!(fs::read(p("keep")).unwrap(), b"unrelated");
+}
+
+/// A snapshot removed while the kernel holds its names, attributes and a
+/// file of it open: its names are gone at once and nothing of it reads
+/// again, through the old names or the open file (snapshots are never
+/// cached by the kernel: they change without it).
+#[test]
+fn a_removed_snapshot_leaves_the_kernel_caches_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::new(mem_store(), default_options());
+    let p = |n: &str| m.path(n);
+    fs::create_dir(p("dir")).unwrap();
+    fs::write(p("dir/f"), b"SECRET in a snapshot").unwrap();
+    let handle = m.session().handle();
+    handle.quiesced(|s| s.snapshot_create("s", None)).unwrap();
+    let names = [".snapshots/s/dir/f", ".snapshots/s/dir", ".snapshots/s"];
+    cache(&m, &names);
+    let mut reader = File::open(p(".snapshots/s/dir/f")).unwrap();
+
+    handle.quiesced(|s| s.snapshot_remove("s")).unwrap();
+    for name in names {
+        assert_eq!(
+            errno(fs::symlink_metadata(p(name))),
+            libc::ENOENT,
+            "{name}: the snapshot's name outlived it"
+        );
+        assert_eq!(read_by_name(&m, name), Err(libc::ENOENT), "{name}");
+    }
+    let mut buf = Vec::new();
+    assert!(
+        reader.read_to_end(&mut buf).is_err(),
+        "the removed snapshot's file read {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    assert_eq!(fs::read(p("dir/f")).unwrap(), b"SECRET in a snapshot");
+}

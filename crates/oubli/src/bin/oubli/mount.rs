@@ -172,6 +172,10 @@ struct MountFrontend {
     collected: AtomicBool,
     /// The mount point while the file system is mounted (`mounted-at`).
     mounted_at: Mutex<Option<PathBuf>>,
+    /// The request being answered commits, flushes or snapshots: the
+    /// kernel's cached writes go first (set by `answer`, which sees each
+    /// request before `quiesced` runs it; one request at a time).
+    wants_kernel_writes: AtomicBool,
 }
 
 /// A failed unmount as `oubli umount` receives it (`unmount-outcome`), to
@@ -234,14 +238,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl oubli::control::Frontend for MountFrontend {
     fn quiesced(&self, f: &mut dyn FnMut()) {
+        let wants = self.wants_kernel_writes.swap(false, Ordering::SeqCst);
         match self.handle.get() {
-            // A purge or snapshot asked for includes what the kernel still caches.
-            Some(h) => h.synced(|_| f()),
+            // A purge, flush or snapshot includes what the kernel still
+            // caches (FUSE.md, "The writeback cache"); `status` does not
+            // make the kernel write back.
+            Some(h) if wants => h.synced(|_| f()),
+            Some(h) => h.quiesced(|_| f()),
             None => f(),
         }
     }
 
     fn answer(&self, line: &str) -> Option<Result<String, Refusal>> {
+        let verb = line.split(' ').next().unwrap_or("");
+        self.wants_kernel_writes.store(
+            matches!(
+                verb,
+                "purge"
+                    | "commit"
+                    | "flush"
+                    | "snapshot-create"
+                    | "snapshot-rm"
+                    | "certify-measure"
+            ),
+            Ordering::SeqCst,
+        );
         if line == "unmount-outcome" {
             return Some(Ok(self.outcome()));
         }

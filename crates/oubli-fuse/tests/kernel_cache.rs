@@ -88,6 +88,36 @@ fn a_redacted_name_leaves_the_kernel_caches_at_once() {
     assert_eq!(fs::read(p("keep")).unwrap(), b"unrelated");
 }
 
+/// A redaction changes directories whose attributes and listing the
+/// kernel holds without the removed names in its cache (a fresh mount:
+/// only the parent was looked at): the parent's link count and listing are
+/// right at once.
+#[test]
+fn a_redaction_refreshes_the_directories_it_changed() {
+    if !fuse_available() {
+        return;
+    }
+    let store = mem_store();
+    let mut m = Mounted::new(store.clone(), default_options());
+    fs::create_dir_all(m.path("top/case/sub")).unwrap();
+    fs::write(m.path("top/case/f"), b"SECRET").unwrap();
+    fs::write(m.path("top/kept"), b"kept").unwrap();
+    m.unmount();
+    let m = Mounted::new(store, default_options());
+    assert_eq!(fs::metadata(m.path("top")).unwrap().nlink(), 3);
+    m.session().handle().redact(Path::new("top/case")).unwrap();
+    assert_eq!(
+        fs::metadata(m.path("top")).unwrap().nlink(),
+        2,
+        "the parent's cached link count outlived the redaction"
+    );
+    let listed: Vec<_> = fs::read_dir(m.path("top"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(listed, ["kept"]);
+}
+
 /// A snapshot removed while the kernel holds its names, attributes and a
 /// file of it open: its names are gone at once and nothing of it reads
 /// again, through the old names or the open file (snapshots are never

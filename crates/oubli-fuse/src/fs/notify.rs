@@ -15,13 +15,15 @@ use std::os::unix::ffi::OsStrExt;
 
 impl Fs {
     /// `name` in `parent`, which named `child`, was removed: its entry
-    /// leaves the kernel's cache (and the directory's cached listing), and
-    /// the kernel's inode for `child`, if it holds one under that name,
-    /// drops its link count to 0 as after an unlink (a directory is marked
-    /// dead).
+    /// leaves the kernel's cache, and the kernel's inode for `child`, if it
+    /// holds one under that name, drops its link count to 0 as after an
+    /// unlink (a directory is marked dead). The directory's attributes (link
+    /// count, times) and cached listing go too: the kernel drops them with
+    /// the entry only when it held the entry.
     pub(super) fn tell_kernel_removed(&self, parent: u64, name: &[u8], child: u64) {
         if let Some(n) = self.notifier.get() {
             let _ = n.delete(INodeNo(parent), INodeNo(child), OsStr::from_bytes(name));
+            let _ = n.inval_inode(INodeNo(parent), 0, 0);
         }
     }
 

@@ -368,14 +368,6 @@ fn share_destroy_certifies_the_share_and_what_was_under_it() {
     );
     assert!(!c.to_string().contains("elsewhere-file"), "{c:#}");
     assert_eq!(c["certificate"]["verification"]["outcome"], "pass");
-    // The data under the share went with the share's key, in its own vault.
-    let method = &c["certificate"]["method"];
-    assert_eq!(method["category"], "clear", "{method}");
-    let statement = method["statement"].as_str().unwrap();
-    assert!(
-        statement.contains("share's own vault, of kind file"),
-        "{statement}"
-    );
     assert_eq!(env.verify("share.json", "a.pub", true).0, 0);
 }
 
@@ -931,4 +923,89 @@ fn commit_through_a_running_server_is_certified() {
     assert_eq!(cert["verification"]["outcome"], "pass", "{c:#}");
     assert!(cert["store"]["epoch_after"].as_u64() > cert["store"]["epoch_before"].as_u64());
     assert_eq!(env.verify("served.json", "a.pub", true).0, 0);
+}
+
+/// `--sign-key pkcs11:URI`: a certificate signed by an Ed25519 key made
+/// inside a PKCS#11 token (SoftHSM2), which never leaves it. It verifies
+/// against the token key's public half, not the organisation's file key;
+/// a key the token does not hold, or no PIN, fails before anything is
+/// erased.
+#[test]
+fn a_certificate_signed_by_a_key_inside_a_pkcs11_token_verifies() {
+    use base64::Engine as _;
+    if hw::skip_hw() {
+        return;
+    }
+    let hsm = hw::SoftHsm::new();
+    hsm.init_token("org-keys", "1234");
+    let key_uri = |label: &str, pin: &str| {
+        format!(
+            "pkcs11:token=org-keys;object={label}?module-path={}{pin}",
+            hw::SOFTHSM_MODULE
+        )
+    };
+    let uri = key_uri("certificates", "&pin-value=1234");
+    // The key pair is made inside the token (`pkcs11-tool --keypairgen
+    // --key-type EC:edwards25519` does the same), here in this process.
+    std::env::set_var("SOFTHSM2_CONF", &hsm.conf);
+    let public = oubli::crates::vault::TokenSigner::open(
+        &oubli::crates::vault::Pkcs11Uri::parse(&uri).unwrap(),
+        &oubli::SecretBytes::new(Vec::new()),
+        Default::default(),
+    )
+    .unwrap()
+    .generate()
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let vault = dir.path().join("vault").display().to_string();
+    let envs = vec![("SOFTHSM2_CONF".into(), hsm.conf.display().to_string())];
+    let env = Env::with_vault(dir, vault, envs);
+    // Its public half as `openssl pkey -pubout` writes it (SPKI, RFC 8410).
+    let mut spki = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    spki.extend_from_slice(&public);
+    let pem = format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(spki)
+    );
+    std::fs::write(env.path("token.pub"), pem).unwrap();
+
+    env.put("kept", b"stays");
+    for (label, pin, code) in [
+        ("no-such-key", "&pin-value=1234", 6),
+        ("certificates", "", 2),
+    ] {
+        let (got, _, err) = env.run(env.cmd().args([
+            "rm",
+            "kept",
+            "--purge",
+            "--certificate",
+            "bad.json",
+            "--sign-key",
+            &key_uri(label, pin),
+        ]));
+        assert_eq!(got, code, "{label}: {err}");
+        assert!(!env.path("bad.json").exists(), "{label}");
+        assert_eq!(env.ok(&["get", "kept"]), "stays", "{label}");
+        assert!(!err.contains("1234"), "the PIN in a message: {err}");
+    }
+
+    env.put("gone", &[4u8; 3000]);
+    let out = env.ok(&[
+        "rm",
+        "gone",
+        "--purge",
+        "--certificate",
+        "c.json",
+        "--sign-key",
+        &uri,
+    ]);
+    assert!(out.contains("wrote the certificate"), "{out}");
+    let c = env.read("c.json");
+    assert_eq!(items(&c), [("name".into(), "gone".into(), 3000)]);
+    assert!(!c.to_string().contains("1234"), "{c:#}");
+    let (code, out) = env.verify("c.json", "token.pub", true);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(env.verify("c.json", "a.pub", false).0, 10);
 }

@@ -1,4 +1,4 @@
-//! Signing certificates with the organisation's Ed25519 key (`--sign-key FILE`, PKCS#8 PEM).
+//! Signing certificates with the organisation's Ed25519 key (`--sign-key FILE`, PKCS#8 PEM, or `--sign-key pkcs11:URI`, a key inside a token).
 
 use super::{Certificate, Signature, SignedCertificate};
 use base64::Engine as _;
@@ -82,6 +82,97 @@ pub fn public_key_from_pem(pem: &str) -> Result<[u8; 32], String> {
 /// raw public key bytes.
 pub fn fingerprint(public: &[u8; 32]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, public).as_ref())
+}
+
+/// The key that signs a certificate (`--sign-key`): a PKCS#8 PEM file, or
+/// an Ed25519 key inside a PKCS#11 token (`pkcs11:` URI), which signs
+/// without the key ever leaving the token. Both make the same `ed25519`
+/// signature, checked by the same code.
+#[derive(Debug)]
+pub enum Signer {
+    File(SigningKey),
+    Token(TokenKey),
+}
+
+/// An Ed25519 key pair inside a PKCS#11 token (SoftHSM2, a smart card, an
+/// HSM), named by a token URI whose `object=` is the keys' label. The PIN is
+/// the URI's `pin-value` or `$OUBLI_PIN`.
+pub struct TokenKey {
+    signer: oubli_vault::TokenSigner,
+    public: [u8; 32],
+}
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenKey")
+            .field("signer", &self.signer)
+            .field("public", &fingerprint(&self.public))
+            .finish()
+    }
+}
+
+impl TokenKey {
+    /// Opens the key the URI names and reads its public key, so that a
+    /// missing key or a wrong PIN fails before anything is erased.
+    pub fn open(uri: &str) -> Result<TokenKey, oubli_vault::VaultError> {
+        let uri = oubli_vault::Pkcs11Uri::parse(uri)?;
+        if uri.pin_value.is_none() && std::env::var_os("OUBLI_PIN").is_none() {
+            return Err(oubli_vault::VaultError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: give the token's PIN with pin-value= in the URI or in $OUBLI_PIN",
+                    uri.redacted()
+                ),
+            )));
+        }
+        let signer = oubli_vault::TokenSigner::open(
+            &uri,
+            &oubli_crypto::SecretBytes::new(Vec::new()),
+            oubli_vault::Pkcs11Options::default(),
+        )?;
+        let public = signer.public_key()?;
+        Ok(TokenKey { signer, public })
+    }
+
+    pub fn public_key(&self) -> [u8; 32] {
+        self.public
+    }
+}
+
+impl Signer {
+    pub fn public_key(&self) -> [u8; 32] {
+        match self {
+            Signer::File(key) => key.public_key(),
+            Signer::Token(key) => key.public_key(),
+        }
+    }
+
+    /// Signs the certificate's [`signed_bytes`](Certificate::signed_bytes).
+    /// A token may fail (pulled, locked): the error says why.
+    pub fn sign(
+        &self,
+        certificate: Certificate,
+    ) -> Result<SignedCertificate, oubli_vault::VaultError> {
+        let key = match self {
+            Signer::File(key) => return Ok(key.sign(certificate)),
+            Signer::Token(key) => key,
+        };
+        let (public, value) = key.signer.sign(&certificate.signed_bytes())?;
+        if public != key.public {
+            return Err(oubli_vault::VaultError::Corrupt(
+                "the token's signing key changed since it was opened".into(),
+            ));
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        Ok(SignedCertificate {
+            certificate,
+            signature: Signature {
+                algorithm: ALGORITHM.into(),
+                public_key: b64.encode(public),
+                value: b64.encode(value),
+            },
+        })
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 use crate::failure::Failure;
 use crate::session::{self, Access, Global, Session};
 use clap::Subcommand;
-use oubli::certificate::measure::{Measure, Statement, VaultFacts};
-use oubli::certificate::sign::{public_key_from_pem, SigningKey};
+use oubli::certificate::measure::{Measure, Statement};
+use oubli::certificate::sign::{public_key_from_pem, Signer, SigningKey, TokenKey};
 use oubli::certificate::verify::{check_against_store, check_signature, StoreNow};
 use oubli::certificate::{
     self as cert, EpochTotals, ErasedItem, ItemKind, MediumKind, NameForm, Outcome, RetainedItem,
@@ -32,8 +32,8 @@ pub struct CertArgs {
     /// In the certificate, salted SHA-256 hashes instead of names (for names that are personal data)
     #[arg(long, requires = "certificate")]
     pub hash_names: bool,
-    /// The organisation's Ed25519 key that signs the certificate: PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it
-    #[arg(long, value_name = "FILE", requires = "certificate")]
+    /// The organisation's Ed25519 key that signs the certificate: a PKCS#8 PEM file, as `openssl genpkey -algorithm ed25519` writes it, or `pkcs11:URI` naming an Ed25519 key inside a PKCS#11 token (its label in object=, the PIN in pin-value= or $OUBLI_PIN)
+    #[arg(long, value_name = "KEY", requires = "certificate")]
     pub sign_key: Option<PathBuf>,
 }
 
@@ -59,10 +59,7 @@ pub enum CertificateCommand {
 pub struct Request {
     path: PathBuf,
     file: Option<File>,
-    /// `share destroy`: the share's vault, whose overwrite erases the data
-    /// under the share (the certificate's method depends on it too).
-    share_vault: Option<VaultFacts>,
-    key: SigningKey,
+    key: Signer,
     names: NameForm,
 }
 
@@ -77,11 +74,6 @@ impl Drop for Request {
 }
 
 impl Request {
-    /// `share destroy`: the vault of the share destroyed.
-    pub fn share_vault(&mut self, info: &oubli::VaultInfo) {
-        self.share_vault = Some(VaultFacts::from(info));
-    }
-
     /// A name as the certificate shows it: in clear, or salted and hashed.
     pub fn name(&self, name: &str) -> String {
         self.names.show(name).expect("the salt was made here")
@@ -103,11 +95,17 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
         .sign_key
         .as_ref()
         .ok_or_else(|| Failure::usage("--certificate needs --sign-key FILE"))?;
-    let pem = std::fs::read_to_string(key_path)
-        .map_err(|e| Failure::file(format!("cannot read {}", key_path.display()), e))?;
-    let key = SigningKey::from_pkcs8_pem(&pem)
-        .map_err(|e| Failure::usage(format!("{}: {e}", key_path.display())))?;
-    drop(zeroize::Zeroizing::new(pem));
+    let key = match key_path.to_str().filter(|k| k.starts_with("pkcs11:")) {
+        Some(uri) => Signer::Token(token_key(uri)?),
+        None => {
+            let pem = std::fs::read_to_string(key_path)
+                .map_err(|e| Failure::file(format!("cannot read {}", key_path.display()), e))?;
+            let key = SigningKey::from_pkcs8_pem(&pem)
+                .map_err(|e| Failure::usage(format!("{}: {e}", key_path.display())))?;
+            drop(zeroize::Zeroizing::new(pem));
+            Signer::File(key)
+        }
+    };
     let names = if args.hash_names {
         NameForm::SaltedSha256 {
             salt: hex::encode(cert::random_bytes::<16>()),
@@ -137,7 +135,6 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
     Ok(Some(Request {
         path: path.clone(),
         file: Some(file),
-        share_vault: None,
         key,
         names,
     }))
@@ -177,6 +174,29 @@ fn tpm_evidence(
         let _ = (g, password);
         Ok(None)
     }
+}
+
+/// `--sign-key pkcs11:URI`: the key in the token, opened now so that a
+/// missing key, no PIN or a wrong one fails before anything is erased. The
+/// URI is shown without its PIN.
+fn token_key(uri: &str) -> Result<TokenKey, Failure> {
+    let shown = oubli::crates::vault::Pkcs11Uri::parse(uri)
+        .map(|u| u.redacted())
+        .unwrap_or_else(|_| "the pkcs11: URI".into());
+    TokenKey::open(uri).map_err(|e| {
+        let message = format!("--sign-key {shown}: {e}");
+        let code = match e {
+            oubli::VaultError::Io(ref io) if io.kind() == std::io::ErrorKind::InvalidInput => {
+                exit::USAGE
+            }
+            e => exit::exit_code(&Error::Vault(e)),
+        };
+        Failure::new(
+            code,
+            message,
+            "nothing was erased; the key must be an Ed25519 key pair in the token, labelled as object= says",
+        )
+    })
 }
 
 /// What was pending erasure before the command's commit(s).
@@ -294,7 +314,6 @@ pub fn write(
         medium: medium(g),
         location: g.store_shown().display().to_string(),
         tool: tool(),
-        share_vault: request.share_vault.clone(),
     };
     // Mutable for the TPM's attestation (a build without TPM support has none).
     #[cfg_attr(not(feature = "tpm"), allow(unused_mut))]
@@ -313,7 +332,13 @@ pub fn write(
         match *evidence {}
     }
     let outcome = certificate.verification.outcome;
-    let signed = request.key.sign(certificate);
+    let signed = request.key.sign(certificate).map_err(|e| {
+        Failure::new(
+            exit::VAULT,
+            format!("the erasure is done, but the token could not sign the certificate: {e}"),
+            "the certificate was not written; see `oubli audit` for the erasure itself",
+        )
+    })?;
     let mut file = request.file.take().expect("written once");
     let written = file
         .write_all(signed.to_json().as_bytes())

@@ -368,6 +368,14 @@ fn share_destroy_certifies_the_share_and_what_was_under_it() {
     );
     assert!(!c.to_string().contains("elsewhere-file"), "{c:#}");
     assert_eq!(c["certificate"]["verification"]["outcome"], "pass");
+    // The data under the share went with the share's key, in its own vault.
+    let method = &c["certificate"]["method"];
+    assert_eq!(method["category"], "clear", "{method}");
+    let statement = method["statement"].as_str().unwrap();
+    assert!(
+        statement.contains("share's own vault, of kind file"),
+        "{statement}"
+    );
     assert_eq!(env.verify("share.json", "a.pub", true).0, 0);
 }
 

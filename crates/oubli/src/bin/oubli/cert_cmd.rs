@@ -11,7 +11,7 @@
 use crate::failure::Failure;
 use crate::session::{self, Access, Global, Session};
 use clap::Subcommand;
-use oubli::certificate::measure::{Measure, Statement};
+use oubli::certificate::measure::{Measure, Statement, VaultFacts};
 use oubli::certificate::sign::{public_key_from_pem, Signer, SigningKey, TokenKey};
 use oubli::certificate::verify::{check_against_store, check_signature, StoreNow};
 use oubli::certificate::{
@@ -59,6 +59,9 @@ pub enum CertificateCommand {
 pub struct Request {
     path: PathBuf,
     file: Option<File>,
+    /// `share destroy`: the share's vault, whose overwrite erases the data
+    /// under the share (the certificate's method depends on it too).
+    share_vault: Option<VaultFacts>,
     key: Signer,
     names: NameForm,
 }
@@ -74,6 +77,11 @@ impl Drop for Request {
 }
 
 impl Request {
+    /// `share destroy`: the vault of the share destroyed.
+    pub fn share_vault(&mut self, info: &oubli::VaultInfo) {
+        self.share_vault = Some(VaultFacts::from(info));
+    }
+
     /// A name as the certificate shows it: in clear, or salted and hashed.
     pub fn name(&self, name: &str) -> String {
         self.names.show(name).expect("the salt was made here")
@@ -135,6 +143,7 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
     Ok(Some(Request {
         path: path.clone(),
         file: Some(file),
+        share_vault: None,
         key,
         names,
     }))
@@ -314,6 +323,7 @@ pub fn write(
         medium: medium(g),
         location: g.store_shown().display().to_string(),
         tool: tool(),
+        share_vault: request.share_vault.clone(),
     };
     // Mutable for the TPM's attestation (a build without TPM support has none).
     #[cfg_attr(not(feature = "tpm"), allow(unused_mut))]

@@ -306,6 +306,60 @@ fn rename() {
     assert!(!names.iter().any(|n| n.starts_with(".oubli")), "{names:?}");
 }
 
+/// With the kernel's writeback cache on (and off, the same results): a
+/// partial-page write through a write-only handle (the kernel reads the
+/// page first), `O_APPEND` against another handle's extension (the kernel
+/// resolves it against its own size), and a truncate below dirty pages —
+/// read back through the mount, and from the store after a remount.
+#[test]
+fn size_append_and_partial_pages_with_and_without_the_writeback_cache() {
+    if !fuse_available() {
+        return;
+    }
+    for writeback in [true, false] {
+        let mut opts = default_options();
+        opts.writeback_cache = writeback;
+        let mut m = Mounted::new(mem_store(), opts.clone());
+        let p = m.path("f");
+        let mut want = vec![b'a'; 10_000];
+        fs::write(&p, &want).unwrap();
+        // Write-only, in the middle of a page.
+        let wo = OpenOptions::new().write(true).open(&p).unwrap();
+        wo.write_all_at(b"XYZ", 5_000).unwrap();
+        drop(wo);
+        want[5_000..5_003].copy_from_slice(b"XYZ");
+        // O_APPEND on one handle, the file extended through another between.
+        let mut app = OpenOptions::new().append(true).open(&p).unwrap();
+        app.write_all(b"1").unwrap();
+        let other = OpenOptions::new().write(true).open(&p).unwrap();
+        other.write_all_at(&[b'b'; 100], 10_001).unwrap();
+        app.write_all(b"2").unwrap();
+        drop((app, other));
+        want.push(b'1');
+        want.extend_from_slice(&[b'b'; 100]);
+        want.push(b'2');
+        assert_eq!(fs::read(&p).unwrap(), want, "writeback {writeback}");
+        // A truncate below pages written a moment before (still dirty with the cache).
+        let rw = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        rw.write_all_at(&[b'c'; 8192], 20_000).unwrap();
+        rw.set_len(12_000).unwrap();
+        rw.write_all_at(b"end", 11_997).unwrap();
+        drop(rw);
+        want.resize(12_000, 0);
+        want[11_997..].copy_from_slice(b"end");
+        assert_eq!(fs::metadata(&p).unwrap().len(), 12_000);
+        assert_eq!(fs::read(&p).unwrap(), want, "writeback {writeback}");
+        let store = m.store.clone();
+        m.unmount();
+        let m = Mounted::new(store, opts);
+        assert_eq!(
+            fs::read(m.path("f")).unwrap(),
+            want,
+            "writeback {writeback}: after a remount"
+        );
+    }
+}
+
 #[test]
 fn truncate_extend_and_sparse() {
     let Some(m) = mounted() else { return };

@@ -360,6 +360,29 @@ fn size_append_and_partial_pages_with_and_without_the_writeback_cache() {
     }
 }
 
+/// A file written and closed, never synced, counts its blocks at once,
+/// while the kernel holds its attributes from the create (with the
+/// writeback cache the data reaches the mount only at the close): a
+/// file showing 0 blocks is archived as all holes by `tar -S`.
+#[test]
+fn a_closed_file_counts_its_blocks_without_a_sync() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("written");
+    let f = File::create(&p).unwrap();
+    assert_eq!(f.metadata().unwrap().blocks(), 0);
+    f.write_all_at(&[7u8; 10_000], 0).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(&p).unwrap().blocks() * 512, 12_288);
+    // Grown by a truncate first (the kernel caches the attributes of its
+    // reply), then written: the same.
+    let sparse = m.path("grown");
+    let f = File::create(&sparse).unwrap();
+    f.set_len(100_001).unwrap();
+    f.write_all_at(b"x", 100_000).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(&sparse).unwrap().blocks() * 512, 4096);
+}
+
 #[test]
 fn truncate_extend_and_sparse() {
     let Some(m) = mounted() else { return };

@@ -364,6 +364,10 @@ struct Sim {
     progress: Arc<AtomicU64>,
     faults: BTreeMap<&'static str, u64>,
     steps: usize,
+    /// An EIO was armed since the store was last opened: it may have fired
+    /// in the engine's own work (a cleaner slice during a step that
+    /// succeeded) and poisoned the store, which a later step then reports.
+    eio_since_open: bool,
     /// Who filled the medium, while its capacity is set (sim/full.rs).
     filled_by: Option<full::FilledBy>,
     /// The medium kind, the clock and the slow faults (sim/media.rs).
@@ -455,6 +459,7 @@ impl Sim {
             progress,
             faults: BTreeMap::new(),
             steps: 0,
+            eio_since_open: false,
             filled_by: None,
             media,
         };
@@ -569,7 +574,10 @@ impl Sim {
                 };
                 Armed::Medium(fault, tear_mode(&mut self.rng, in_order(self.seed)))
             }
-            3 => Armed::Medium(Fault::FailOnce, TearMode::KeepAll),
+            3 => {
+                self.eio_since_open = true;
+                Armed::Medium(Fault::FailOnce, TearMode::KeepAll)
+            }
             4..=5 if commits => Armed::MainVault(self.vault_fault()),
             4..=6 => match step {
                 Step::ShareDestroy { pick } => match self.live_share(*pick) {
@@ -705,6 +713,10 @@ impl Sim {
                 self.reopen_after(i, &e)
             }
             _ if self.medium.capacity() != u64::MAX && is_full(&e) => self.make_room(i, &e),
+            // An EIO armed at an earlier step fired in the engine's own
+            // work after that step had answered (seed 9182: a cleaner
+            // slice); the store says it is poisoned, and the user reopens.
+            _ if self.eio_since_open && is_poisoned(&e) => self.reopen_after(i, &e),
             Armed::MainVault(_) => {
                 self.heal_vaults();
                 // The commit is retried; it must work now.
@@ -866,10 +878,14 @@ impl Sim {
         }
     }
 
-    /// A step of the simulator's own failed: only a full medium explains it.
+    /// A step of the simulator's own failed: only a full medium, or an EIO
+    /// an earlier step armed that poisoned the store, explains it.
     fn extra_failed(&mut self, i: usize, what: &str, e: Error) -> Result<(), String> {
         if self.medium.capacity() != u64::MAX && is_full(&e) {
             return self.make_room(i, &e);
+        }
+        if self.eio_since_open && is_poisoned(&e) {
+            return self.reopen_after(i, &e);
         }
         Err(format!(
             "#{i} {what} failed with no fault to explain it: {e}"
@@ -1121,6 +1137,7 @@ impl Sim {
             self.options.clone(),
         )
         .or_else(|e| self.open_when_full(e))?;
+        self.eio_since_open = false;
         store.set_share_opener(self.share_opener());
         // A destruction a crash cut after the store recorded it counts.
         for info in store.shares() {
@@ -1287,6 +1304,11 @@ fn vault_kind(f: VaultFault, share: bool) -> &'static str {
 }
 
 /// A medium that filled, as the engine reports it.
+/// The engine's answer once an earlier write failed: reopen to recover.
+fn is_poisoned(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.to_string() == "store poisoned")
+}
+
 fn is_full(e: &Error) -> bool {
     match e {
         Error::NoSpace(_) => true,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// Seeds the default suite runs (scripts/test): a fixed list, so a run is
 /// reproducible, with a time cap on this shared machine.
 const SUITE_SEEDS: u64 = 48;
-const SUITE_BUDGET: Duration = Duration::from_secs(150);
+const SUITE_BUDGET: Duration = Duration::from_secs(100);
 
 /// The committed regression seeds: one per line, a seed and the flags of
 /// its replay command (`--no-full`, `--no-race`); `#` starts a comment.

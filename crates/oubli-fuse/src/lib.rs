@@ -320,6 +320,7 @@ impl Drop for Ticker {
 /// A mounted file system served by background threads. Dropping it unmounts.
 pub struct Session {
     fs: Arc<Fs>,
+    writers: Arc<kernel::Writers>,
     unmounter: fuser::SessionUnmounter,
     thread: Option<JoinHandle<io::Result<()>>>,
     ticker: Ticker,
@@ -347,11 +348,40 @@ pub struct Redacted {
     pub snapshots: Vec<String>,
 }
 
+/// The names removed through the mount since the last commit
+/// ([`Handle::removals`]): what the next commit erases, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removals {
+    /// Each removal, oldest first (at most 100,000).
+    pub paths: Vec<RemovedPath>,
+    /// Removals past those listed.
+    pub more: u64,
+}
+
+/// One name removed through the mount (unlink, rmdir, or a rename over it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovedPath {
+    /// From the mount's root, without a leading `/`; `.../NAME` where the
+    /// directory's place is not known any more.
+    pub path: String,
+    /// The object the name named (a name re-created since names another).
+    pub object_id: u64,
+    /// Its size when removed (0 for a directory).
+    pub bytes: u64,
+    /// The object still has another name: its data stays.
+    pub still_linked: bool,
+    /// The object has no name but is open: its data goes at the last close.
+    pub still_open: bool,
+    /// Snapshots that still hold the object.
+    pub snapshots: Vec<String>,
+}
+
 /// A mounted file system, for requests that come from outside the kernel
 /// (the control socket): cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct Handle {
     fs: Arc<Fs>,
+    writers: Arc<kernel::Writers>,
     mountpoint: PathBuf,
 }
 
@@ -370,13 +400,20 @@ impl Handle {
     /// them. The writeback failing (the file system refused the writes) is
     /// reported on stderr; `f` runs regardless. Not from a request loop.
     pub fn synced<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
-        if let Err(e) = write_back_kernel_cache(&self.fs, &self.mountpoint) {
+        if let Err(e) = write_back_kernel_cache(&self.fs, &self.writers, &self.mountpoint) {
             eprintln!(
                 "oubli-fuse: writing back the kernel's cached writes to {}: {e}",
                 self.mountpoint.display()
             );
         }
         self.fs.quiesced(f)
+    }
+
+    /// The names removed since the last commit, for a certificate of the
+    /// next one. Call it inside [`Handle::quiesced`] or [`Handle::synced`],
+    /// with the measure it goes with: no removal then falls between them.
+    pub fn removals(&self) -> Removals {
+        self.fs.removals()
     }
 
     /// `oubli redact`: erases the file or directory at `path` (relative to
@@ -418,6 +455,7 @@ impl Session {
     pub fn handle(&self) -> Handle {
         Handle {
             fs: self.fs.clone(),
+            writers: self.writers.clone(),
             mountpoint: self.mountpoint.clone(),
         }
     }
@@ -435,7 +473,7 @@ impl Session {
     /// timestamps first. If the kernel's writeback failed, the epoch still
     /// ends and the failure is returned.
     pub fn purge(&self) -> Result<(), oubli_core::Error> {
-        let synced = write_back_kernel_cache(&self.fs, &self.mountpoint);
+        let synced = write_back_kernel_cache(&self.fs, &self.writers, &self.mountpoint);
         self.fs.purge()?;
         synced.map_err(|e| writeback_failed(&self.mountpoint, e))
     }
@@ -443,7 +481,7 @@ impl Session {
     /// Makes every write so far durable without ending the epoch (the
     /// kernel's cached writes included).
     pub fn flush(&self) -> Result<(), oubli_core::Error> {
-        let synced = write_back_kernel_cache(&self.fs, &self.mountpoint);
+        let synced = write_back_kernel_cache(&self.fs, &self.writers, &self.mountpoint);
         self.fs.flush_all()?;
         synced.map_err(|e| writeback_failed(&self.mountpoint, e))
     }
@@ -520,9 +558,27 @@ impl Session {
 }
 
 /// Has the kernel write back its dirty pages of the mount at `mountpoint`
-/// (`syncfs`; with the writeback cache off there are none). The writes it
-/// causes are served by the request loops, so this must not run in one.
-fn write_back_kernel_cache(fs: &Fs, mountpoint: &Path) -> io::Result<()> {
+/// and waits until this file system has served those writes (with the
+/// writeback cache off there are none). The writes are served by the
+/// request loops, so this must not run in one.
+///
+/// `syncfs` alone does not wait: it starts the WRITE requests, but a FUSE
+/// mount is not asked to sync (no FUSE_SYNCFS: fuser does not implement
+/// it), and the kernel (6.18 measured) returns while they are still queued
+/// or being served — a purge right after found the store without the
+/// overwrite in about one round in five. So every inode open for writing
+/// (only those can hold dirty pages: a close writes back and waits) is then
+/// invalidated (FUSE_NOTIFY_INVAL_INODE of the whole file): the kernel
+/// locks each cached page, waits for its writeback to end — a page stays
+/// under writeback until this file system replies to the WRITE holding it —
+/// writes back a page still dirty and drops it. When the last notification
+/// returns, every write the kernel held for those files when `syncfs`
+/// returned has been served. docs/FUSE.md, "The writeback cache".
+fn write_back_kernel_cache(
+    fs: &Fs,
+    writers: &kernel::Writers,
+    mountpoint: &Path,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     if !fs.writeback {
         return Ok(());
@@ -531,6 +587,22 @@ fn write_back_kernel_cache(fs: &Fs, mountpoint: &Path) -> io::Result<()> {
     // SAFETY: FFI on a descriptor `root` keeps open.
     if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    let Some(notifier) = fs.notifier.get() else {
+        return Ok(());
+    };
+    for ino in writers.inodes() {
+        match notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            // The kernel holds no such inode, so no pages of it either.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("waiting for the kernel's writes to inode {ino}: {e}"),
+                ))
+            }
+            Ok(()) => {}
+        }
     }
     Ok(())
 }
@@ -621,7 +693,8 @@ pub fn mount(
     let snaps = snapdir::Snapdir::new(store.clone(), &options);
     let fs = Arc::new(Fs::new(store, &options)?);
     let config = config(&options, root);
-    let kernel = kernel::Kernel::new(fs.clone(), snaps);
+    let writers = Arc::new(kernel::Writers::default());
+    let kernel = kernel::Kernel::new(fs.clone(), snaps, writers.clone());
     let mut session = fuser::Session::new(kernel, &mountpoint, &config)
         .map_err(|e| mount_error(e, &mountpoint))?;
     let _ = fs.notifier.set(session.notifier());
@@ -633,6 +706,7 @@ pub fn mount(
     let ticker = Ticker::start(fs.clone(), options.tick).map_err(Error::Mount)?;
     let session = Session {
         fs,
+        writers,
         unmounter,
         thread: Some(thread),
         ticker,

@@ -11,7 +11,7 @@
 //! | `flush`  | `ok` after making every write durable |
 //! | `status` | `ok <json>`: the same object `oubli status --json` prints |
 //! | `snapshot-ls` | `ok <json>`: the array `oubli snapshot ls --json` prints |
-//! | `certify-measure` | `ok <json>`: epoch, vault record digest, what is pending and the audit's counts, for a certificate of sanitization (`certificate::measure::Measure`) |
+//! | `certify-measure` | `ok <json>`: epoch, vault record digest, what is pending and the audit's counts, for a certificate of sanitization (`certificate::measure::Measure`); a mount adds `removed`, the paths it removed since its last commit (`RemovedNames`) |
 //! | `snapshot-create <expires-at or -> <name>` | `ok <epoch>` once the snapshot is durable |
 //! | `snapshot-rm <purge or keep> <name>` | `ok <epoch>` once the removal is durable (and committed with `purge`) |
 //! | `redact <purge or keep> <path>` (mounts only) | `ok <json>`: what `oubli redact` reports, once durable (and committed with `purge`) |

@@ -639,6 +639,69 @@ impl Drop for Mounted<'_> {
     }
 }
 
+/// Paths under a live mount the removals below erase, and files they keep:
+/// a file in nested directories, a tree removed with `rm -rf`, and a file
+/// renamed over another (the name lives on with the new file; the old
+/// file's data is what goes). Returns the expected items (sorted) and the
+/// object id of the file renamed over.
+fn remove_through_the_mount(mnt: &std::path::Path, env: &Env) -> (Vec<(String, String, u64)>, u64) {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(mnt.join("a/b/c")).unwrap();
+    std::fs::write(mnt.join("a/b/c/deep"), vec![4u8; 50_000]).unwrap();
+    std::fs::write(mnt.join("a/b/sibling-kept"), b"kept").unwrap();
+    std::fs::create_dir_all(mnt.join("tree/sub")).unwrap();
+    std::fs::write(mnt.join("tree/x"), vec![1u8; 3_000]).unwrap();
+    std::fs::write(mnt.join("tree/sub/y"), vec![2u8; 7_000]).unwrap();
+    std::fs::write(mnt.join("victim"), vec![3u8; 11_000]).unwrap();
+    std::fs::write(mnt.join("newcomer"), b"the new content").unwrap();
+    std::fs::write(mnt.join("kept"), b"kept").unwrap();
+    env.ok(&["commit", mnt.to_str().unwrap()]);
+    let victim = std::fs::metadata(mnt.join("victim")).unwrap().ino();
+    std::fs::remove_file(mnt.join("a/b/c/deep")).unwrap();
+    assert!(std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(mnt.join("tree"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::rename(mnt.join("newcomer"), mnt.join("victim")).unwrap();
+    assert_ne!(std::fs::metadata(mnt.join("victim")).unwrap().ino(), victim);
+    let expected = [
+        ("a/b/c/deep", 50_000),
+        ("tree", 0),
+        ("tree/sub", 0),
+        ("tree/sub/y", 7_000),
+        ("tree/x", 3_000),
+        ("victim", 11_000),
+    ];
+    let expected = expected
+        .iter()
+        .map(|(n, b)| ("path".to_string(), n.to_string(), *b))
+        .collect();
+    (expected, victim)
+}
+
+/// The certificate's items sorted by name, and checks that what was kept
+/// is named nowhere in it, and that the file renamed over is listed with
+/// its own object id.
+fn sorted_items_and_nothing_kept(c: &Value, victim: u64) -> Vec<(String, String, u64)> {
+    let mut listed = items(c);
+    listed.sort();
+    let text = c.to_string();
+    for kept in ["sibling-kept", "\"kept\"", "newcomer"] {
+        assert!(!text.contains(kept), "{kept} is listed: {c:#}");
+    }
+    let renamed_over = c["certificate"]["erased"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "victim")
+        .unwrap_or_else(|| panic!("victim not listed: {c:#}"));
+    assert_eq!(renamed_over["object_ids"], serde_json::json!([victim]));
+    assert!(retained(c).is_empty(), "{c:#}");
+    listed
+}
+
 #[test]
 fn commit_through_a_live_mount_certifies_its_deletions() {
     if !common::fuse_available() {
@@ -646,12 +709,9 @@ fn commit_through_a_live_mount_certifies_its_deletions() {
     }
     let env = Env::new();
     let m = Mounted::new(&env);
-    std::fs::write(m.mnt.join("doomed"), vec![4u8; 50_000]).unwrap();
-    std::fs::write(m.mnt.join("kept"), b"kept").unwrap();
-    env.ok(&["commit", m.at()]);
-    std::fs::remove_file(m.mnt.join("doomed")).unwrap();
+    let (expected, victim) = remove_through_the_mount(&m.mnt, &env);
     let c = env.certified(&["commit", m.at()], "commit.json");
-    assert!(items(&c).is_empty(), "{c:#}");
+    assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
     let totals = &c["certificate"]["erased"]["epoch_totals"];
     assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
     assert!(
@@ -659,6 +719,47 @@ fn commit_through_a_live_mount_certifies_its_deletions() {
         "{totals}"
     );
     assert_erasure(&c, "clear");
+    // The next commit's certificate lists only what was removed since.
+    std::fs::remove_file(m.mnt.join("kept")).unwrap();
+    let c = env.certified(&["commit", m.at()], "again.json");
+    assert_eq!(items(&c), [("path".into(), "kept".into(), 4)], "{c:#}");
+    drop(m);
+    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+    assert_eq!(env.verify("again.json", "a.pub", true).0, 0);
+}
+
+/// A file removed through the mount that a snapshot still holds, and one
+/// with another hard link, are listed as removed but not erased.
+#[test]
+fn a_mount_certificate_lists_removed_files_a_snapshot_or_a_link_keeps_as_retained() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::write(m.mnt.join("held"), vec![5u8; 9_000]).unwrap();
+    env.ok(&["snapshot", "create", "monday", m.at()]);
+    std::fs::write(m.mnt.join("linked"), vec![6u8; 9_000]).unwrap();
+    std::fs::hard_link(m.mnt.join("linked"), m.mnt.join("other-name")).unwrap();
+    std::fs::write(m.mnt.join("untouched"), vec![7u8; 2_000]).unwrap();
+    std::fs::write(m.mnt.join("fresh"), vec![8u8; 1_000]).unwrap();
+    env.ok(&["commit", m.at()]);
+    for name in ["held", "linked", "fresh"] {
+        std::fs::remove_file(m.mnt.join(name)).unwrap();
+    }
+    let c = env.certified(&["commit", m.at()], "commit.json");
+    assert_eq!(items(&c), [("path".into(), "fresh".into(), 1_000)], "{c:#}");
+    let kept = &c["certificate"]["erased"]["retained"];
+    assert_eq!(kept[0]["name"], "held", "{c:#}");
+    assert_eq!(kept[0]["kept_in"], serde_json::json!(["monday"]), "{c:#}");
+    assert_eq!(kept[1]["name"], "linked", "{c:#}");
+    assert_eq!(
+        kept[1]["kept_in"],
+        serde_json::json!(["another name"]),
+        "{c:#}"
+    );
+    assert!(!c.to_string().contains("untouched"), "{c:#}");
+    assert!(!c.to_string().contains("other-name"), "{c:#}");
     drop(m);
     assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
 }
@@ -675,11 +776,17 @@ fn redact_purge_certifies_the_path_and_the_snapshots_it_left() {
     std::fs::write(m.mnt.join("clients/bob"), b"bob stays").unwrap();
     env.ok(&["snapshot", "create", "monday", m.at()]);
     let alice = m.mnt.join("clients/alice");
+    let alice_oid = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&alice).unwrap());
     let c = env.certified(
         &["redact", alice.to_str().unwrap(), "--purge"],
         "redact.json",
     );
+    // Listed once, with its object (the mount's removal of it too).
     assert_eq!(items(&c), [("path".into(), "clients/alice".into(), 30_000)]);
+    assert_eq!(
+        c["certificate"]["erased"]["items"][0]["object_ids"],
+        serde_json::json!([alice_oid])
+    );
     assert_eq!(
         c["certificate"]["erased"]["items"][0]["from_snapshots"],
         serde_json::json!(["monday"])
@@ -723,21 +830,51 @@ fn umount_certifies_the_mounts_final_commit() {
     }
     let env = Env::new();
     let m = Mounted::new(&env);
-    std::fs::write(m.mnt.join("session-data"), vec![8u8; 20_000]).unwrap();
-    env.ok(&["commit", m.at()]);
-    std::fs::remove_file(m.mnt.join("session-data")).unwrap();
+    let (expected, victim) = remove_through_the_mount(&m.mnt, &env);
     let c = env.certified(&["umount", m.at()], "umount.json");
-    assert!(items(&c).is_empty(), "{c:#}");
+    assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
     assert_eq!(c["certificate"]["command"], "oubli umount");
     let totals = &c["certificate"]["erased"]["epoch_totals"];
     assert!(
-        totals["sealed_bytes"].as_u64().unwrap() >= 20_000,
+        totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
         "{totals}"
     );
     assert_erasure(&c, "clear");
     assert!(!std::fs::read_to_string("/proc/self/mounts")
         .unwrap()
         .contains(m.at()));
+    assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+}
+
+/// `--hash-names` hashes the paths a mount removed like any other name.
+#[test]
+fn umount_with_hash_names_lists_the_removed_paths_hashed() {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    let m = Mounted::new(&env);
+    std::fs::create_dir(m.mnt.join("patients")).unwrap();
+    std::fs::write(m.mnt.join("patients/record-1234"), vec![8u8; 5_000]).unwrap();
+    env.ok(&["commit", m.at()]);
+    std::fs::remove_file(m.mnt.join("patients/record-1234")).unwrap();
+    let c = env.certified(&["umount", m.at(), "--hash-names"], "umount.json");
+    let text = std::fs::read_to_string(env.path("umount.json")).unwrap();
+    assert!(!text.contains("record-1234"), "{text}");
+    let salt = hex_decode(
+        c["certificate"]["erased"]["names"]["salt"]
+            .as_str()
+            .unwrap(),
+    );
+    assert_eq!(
+        items(&c),
+        [(
+            "path".into(),
+            sha256_hex(&salt, "patients/record-1234"),
+            5_000
+        )],
+        "{c:#}"
+    );
     assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
 }
 

@@ -194,13 +194,26 @@ pub(crate) struct Fs {
 #[derive(Default)]
 struct Removed {
     epoch: u64,
-    /// (directory, name, object) of each removal, oldest first.
-    names: Vec<(u64, Vec<u8>, u64)>,
+    /// Each removal, oldest first (at most [`REMOVED_LISTED`]).
+    names: Vec<Removal>,
     more: usize,
+}
+
+/// One name removed: from directory `dir`, the object it named, and that
+/// object's size then (0 for a directory).
+struct Removal {
+    dir: u64,
+    name: Vec<u8>,
+    oid: u64,
+    bytes: u64,
 }
 
 /// How many removed names a failed unmount names (the rest are counted).
 const REMOVED_NAMED: usize = 20;
+
+/// How many removals of one epoch the mount keeps for the certificate of
+/// its commit (the rest are counted): a path is ~100 bytes, so ~10 MB at most.
+pub(crate) const REMOVED_LISTED: usize = 100_000;
 
 fn kind_of(mode: u32) -> FileType {
     match mode & S_IFMT {
@@ -440,8 +453,21 @@ impl Fs {
         lock(&self.unfinished).take()
     }
 
-    /// Notes a name removed in the open epoch (what a failed final commit names).
+    /// Notes a name removed in the open epoch: what a failed final commit
+    /// names, and what the certificate of the commit lists.
     fn note_removed(&self, dir: u64, name: &[u8], oid: u64) {
+        // The node is still loaded (the caller holds it) and no lock of it is held.
+        let bytes = self
+            .cached(oid)
+            .map(|node| {
+                let st = lock(&node.st);
+                if st.attr.is_dir() {
+                    0
+                } else {
+                    st.size
+                }
+            })
+            .unwrap_or(0);
         let epoch = self.store.epoch();
         let mut r = lock(&self.removed);
         if r.epoch != epoch {
@@ -451,59 +477,75 @@ impl Fs {
                 ..Removed::default()
             };
         }
-        if r.names.len() < REMOVED_NAMED {
-            r.names.push((dir, name.to_vec(), oid));
+        if r.names.len() < REMOVED_LISTED {
+            r.names.push(Removal {
+                dir,
+                name: name.to_vec(),
+                oid,
+                bytes,
+            });
         } else {
             r.more += 1;
         }
     }
 
     /// The names removed in the open epoch as paths from the mount's root
-    /// (`.../NAME` where the directory's place is not known any more), and
-    /// how many more were removed.
+    /// (`.../NAME` where the directory's place is not known any more), at
+    /// most [`REMOVED_NAMED`] for a message, and how many more were removed.
     fn removed_paths(&self) -> (Vec<String>, usize) {
         let r = lock(&self.removed);
         if r.epoch != self.store.epoch() {
             return (Vec::new(), 0);
         }
-        let paths = r
+        let mut paths = RemovedPaths::new(&r.names);
+        let named = r
             .names
             .iter()
-            .map(|(dir, name, _)| {
-                let name = String::from_utf8_lossy(name);
-                match self.dir_path(*dir, &r.names, 0) {
-                    Some(d) => format!("{d}/{name}"),
-                    None => format!(".../{name}"),
+            .take(REMOVED_NAMED)
+            .map(|removal| match paths.of(self, removal) {
+                unknown if unknown.starts_with(".../") => unknown,
+                path => format!("/{path}"),
+            })
+            .collect();
+        let more = r.names.len().saturating_sub(REMOVED_NAMED) + r.more;
+        (named, more)
+    }
+
+    /// What was removed in the open epoch, for the certificate of its
+    /// commit: each removal's path (relative to the mount's root), object,
+    /// size, and what still holds the object (another name, an open file,
+    /// snapshots). Run quiesced, so that the store shows every attribute.
+    pub(crate) fn removals(&self) -> crate::Removals {
+        let r = lock(&self.removed);
+        if r.epoch != self.store.epoch() {
+            return crate::Removals::default();
+        }
+        let mut paths = RemovedPaths::new(&r.names);
+        let list = r
+            .names
+            .iter()
+            .map(|removal| {
+                let (still_linked, still_open) = match self.fetch(removal.oid) {
+                    Ok((attr, _)) => (attr.nlink > 0, attr.nlink == 0),
+                    Err(_) => (false, false),
+                };
+                crate::RemovedPath {
+                    path: paths.of(self, removal),
+                    object_id: removal.oid,
+                    bytes: removal.bytes,
+                    still_linked,
+                    still_open,
+                    snapshots: self
+                        .store
+                        .snapshots_holding(removal.oid)
+                        .unwrap_or_default(),
                 }
             })
             .collect();
-        (paths, r.more)
-    }
-
-    /// The path of directory `dir` from the root (`""` for the root): up its
-    /// parent links, or through the removals noted when it was removed too.
-    fn dir_path(&self, dir: u64, removed: &[(u64, Vec<u8>, u64)], depth: usize) -> Option<String> {
-        if dir == ROOT_DIR {
-            return Some(String::new());
+        crate::Removals {
+            paths: list,
+            more: r.more as u64,
         }
-        if depth > 4096 {
-            return None;
-        }
-        let (parent, name) = match removed.iter().rev().find(|(_, _, oid)| *oid == dir) {
-            Some((parent, name, _)) => (*parent, name.clone()),
-            None => {
-                let parent = self.fetch(dir).ok()?.0.parent;
-                let (name, _) = self
-                    .store
-                    .list(parent)
-                    .ok()?
-                    .into_iter()
-                    .find(|(_, target)| *target == dir)?;
-                (parent, name)
-            }
-        };
-        let above = self.dir_path(parent, removed, depth + 1)?;
-        Some(format!("{above}/{}", String::from_utf8_lossy(&name)))
     }
 
     #[cfg(test)]
@@ -511,5 +553,75 @@ impl Fs {
         let root = self.cached(ROOT_DIR)?;
         let st = lock(&root.st);
         st.attr.fs.clone()
+    }
+}
+
+/// Paths of removed names, resolving each directory once: up its parent
+/// links while it lives, or through the removal that removed it (the
+/// latest one noted for that object).
+struct RemovedPaths<'a> {
+    names: &'a [Removal],
+    /// Object id → the last removal of it.
+    removal_of: HashMap<u64, usize>,
+    /// Directory → its path from the root (`None`: not known).
+    dirs: HashMap<u64, Option<String>>,
+}
+
+impl<'a> RemovedPaths<'a> {
+    fn new(names: &'a [Removal]) -> RemovedPaths<'a> {
+        let removal_of = names.iter().enumerate().map(|(i, r)| (r.oid, i)).collect();
+        RemovedPaths {
+            names,
+            removal_of,
+            dirs: HashMap::new(),
+        }
+    }
+
+    /// The path of `removal` without a leading `/` (`.../NAME` where its
+    /// directory's place is not known).
+    fn of(&mut self, fs: &Fs, removal: &Removal) -> String {
+        let name = String::from_utf8_lossy(&removal.name);
+        match self.dir(fs, removal.dir, 0) {
+            Some(d) if d.is_empty() => name.into_owned(),
+            Some(d) => format!("{d}/{name}"),
+            None => format!(".../{name}"),
+        }
+    }
+
+    /// The path of directory `dir` from the root (`""` for the root).
+    fn dir(&mut self, fs: &Fs, dir: u64, depth: usize) -> Option<String> {
+        if dir == ROOT_DIR {
+            return Some(String::new());
+        }
+        if let Some(known) = self.dirs.get(&dir) {
+            return known.clone();
+        }
+        if depth > 4096 {
+            return None;
+        }
+        let found = match self.removal_of.get(&dir) {
+            Some(&i) => Some((self.names[i].dir, self.names[i].name.clone())),
+            None => fs.fetch(dir).ok().and_then(|(attr, _)| {
+                let parent = attr.parent;
+                let (name, _) = fs
+                    .store
+                    .list(parent)
+                    .ok()?
+                    .into_iter()
+                    .find(|(_, target)| *target == dir)?;
+                Some((parent, name))
+            }),
+        };
+        let path = found.and_then(|(parent, name)| {
+            let above = self.dir(fs, parent, depth + 1)?;
+            let name = String::from_utf8_lossy(&name);
+            Some(if above.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{above}/{name}")
+            })
+        });
+        self.dirs.insert(dir, path.clone());
+        path
     }
 }

@@ -237,3 +237,46 @@ fn inodes_past_the_cap_are_shed_and_come_back_whole() {
     left.sort();
     assert_eq!(left, vec![ROOT_DIR, keep_open]);
 }
+
+/// The certificate's list of removals: paths, objects and sizes of the
+/// open epoch's removals, up to [`REMOVED_LISTED`] then counted, while a
+/// failed unmount's message names only the first [`REMOVED_NAMED`]; a
+/// commit starts the list again.
+#[test]
+fn removals_list_the_open_epochs_paths_up_to_the_cap() {
+    let store = store();
+    let fs = Fs::new(store.clone(), &MountOptions::default()).unwrap();
+    let dir = fs.mkdir(ROOT_DIR, b"dir", 0o755, 0, ME).unwrap().ino.0;
+    let f = fs.create(dir, b"f", 0o644, 0, ME).unwrap().ino.0;
+    fs.write(f, 0, &[7u8; 1234]).unwrap();
+    fs.unlink(dir, b"f").unwrap();
+    fs.rmdir(ROOT_DIR, b"dir").unwrap();
+    let listed: Vec<(String, u64, u64)> = fs
+        .removals()
+        .paths
+        .into_iter()
+        .map(|r| (r.path, r.object_id, r.bytes))
+        .collect();
+    assert_eq!(
+        listed,
+        [("dir/f".to_string(), f, 1234), ("dir".to_string(), dir, 0)]
+    );
+    // Past the cap only a count (the objects need not exist for the list).
+    for i in 0..REMOVED_LISTED as u64 + 3 {
+        fs.note_removed(ROOT_DIR, format!("n{i}").as_bytes(), 1 << 40 | i);
+    }
+    let removals = fs.removals();
+    assert_eq!(removals.paths.len(), REMOVED_LISTED);
+    assert_eq!(removals.more, 5);
+    assert_eq!(
+        removals.paths.last().unwrap().path,
+        format!("n{}", REMOVED_LISTED - 3)
+    );
+    let (named, more) = fs.removed_paths();
+    assert_eq!(named.len(), REMOVED_NAMED);
+    assert_eq!(named[..3], ["/dir/f", "/dir", "/n0"]);
+    assert_eq!(more, REMOVED_LISTED + 3 + 2 - REMOVED_NAMED);
+    store.commit().unwrap();
+    assert_eq!(fs.removals(), crate::Removals::default());
+    assert_eq!(fs.removed_paths(), (Vec::new(), 0));
+}

@@ -2,7 +2,7 @@
 
 use super::{
     audit_limits, method_for, now_utc, random_id, record_digest, Category, Certificate, Coverage,
-    EpochTotals, Erased, ErasedItem, MediumKind, Method, NameForm, Outcome, RetainedItem,
+    EpochTotals, Erased, ErasedItem, ItemKind, MediumKind, Method, NameForm, Outcome, RetainedItem,
     StoreFacts, Tool, VaultRecords, Verification, FORMAT, VERSION,
 };
 use crate::{Store, VaultInfo};
@@ -44,6 +44,71 @@ pub struct Measure {
     pub leaked_units: u64,
     pub vault_leftover_epochs: Vec<u64>,
     pub vault: VaultFacts,
+    /// A mount's measure: the names it removed since its last commit (what
+    /// that commit erases, by name). `None` from a process that does not
+    /// know them (a server, a one-shot command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<RemovedNames>,
+}
+
+/// The names a mount removed since its last commit (`certify-measure`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemovedNames {
+    /// Oldest first, at most 100,000.
+    pub paths: Vec<RemovedName>,
+    /// Removals past those listed.
+    pub more: u64,
+}
+
+/// One name a mount removed: its path from the mount's root and the
+/// object it named, and what still holds that object's data.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemovedName {
+    pub path: String,
+    pub object_id: u64,
+    pub bytes: u64,
+    /// The object has another name.
+    pub still_linked: bool,
+    /// The object is open, unnamed: its data goes at the last close.
+    pub still_open: bool,
+    /// Snapshots holding the object.
+    pub snapshots: Vec<String>,
+}
+
+impl RemovedNames {
+    /// The removals as certificate items: erased when nothing holds the
+    /// object any more, otherwise retained with what keeps it. `name`
+    /// writes a name as the certificate does (`--hash-names`).
+    pub fn items(&self, name: impl Fn(&str) -> String) -> (Vec<ErasedItem>, Vec<RetainedItem>) {
+        let mut items = Vec::new();
+        let mut retained = Vec::new();
+        for r in &self.paths {
+            let mut kept_in: Vec<String> = r.snapshots.iter().map(|s| name(s)).collect();
+            if r.still_linked {
+                kept_in.push("another name".into());
+            }
+            if r.still_open {
+                kept_in.push("an open file, until its last close".into());
+            }
+            if kept_in.is_empty() {
+                items.push(ErasedItem {
+                    kind: ItemKind::Path,
+                    name: name(&r.path),
+                    object_ids: vec![r.object_id],
+                    bytes: r.bytes,
+                    from_snapshots: Vec::new(),
+                });
+            } else {
+                retained.push(RetainedItem {
+                    kind: ItemKind::Path,
+                    name: name(&r.path),
+                    object_ids: vec![r.object_id],
+                    kept_in,
+                });
+            }
+        }
+        (items, retained)
+    }
 }
 
 /// Measures `store` now. Runs the audit: reads every unit the medium and
@@ -70,6 +135,7 @@ pub fn measure(store: &Store) -> crate::Result<Measure> {
             location: status.vault.location,
             overwrite_is_erasure: status.vault.overwrite_is_erasure,
         },
+        removed: None,
     })
 }
 
@@ -95,6 +161,8 @@ pub struct Statement {
     pub command: String,
     pub names: NameForm,
     pub items: Vec<ErasedItem>,
+    /// Erased names past those in `items` (a mount's list is bounded).
+    pub items_unlisted: u64,
     pub retained: Vec<RetainedItem>,
     /// Everything the commit(s) erased (see `EpochTotals`).
     pub totals: EpochTotals,
@@ -124,6 +192,7 @@ pub fn build(before: &Measure, after: &Measure, statement: Statement) -> Certifi
         erased: Erased {
             names: statement.names,
             items: statement.items,
+            items_unlisted: statement.items_unlisted,
             retained: statement.retained,
             epoch_totals: statement.totals.clone(),
         },

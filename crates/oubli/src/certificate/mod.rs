@@ -68,11 +68,20 @@ pub struct Erased {
     pub names: NameForm,
     /// What the command erased, as the user named it.
     pub items: Vec<ErasedItem>,
+    /// Names a mount removed that the commit erased past those listed in
+    /// `items` (a mount keeps 100,000 a commit); absent when 0, so that
+    /// certificates without it sign the same bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub items_unlisted: u64,
     /// What the command removed but did NOT erase, and why (a snapshot
     /// still holds the data): listed so that nobody takes it for erased.
     pub retained: Vec<RetainedItem>,
     /// Everything the commit made unrecoverable, these items included.
     pub epoch_totals: EpochTotals,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Names in clear, or salted hashes (`--hash-names`), for when the names

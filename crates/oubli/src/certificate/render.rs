@@ -41,11 +41,20 @@ fn sections(signed: &SignedCertificate) -> Vec<Section> {
         }
         erased.push(row(&format!("Erased {}", item.kind.label()), text));
     }
+    if c.erased.items_unlisted > 0 {
+        erased.push(row(
+            "Not listed",
+            format!(
+                "{} more name(s) removed through the mount and erased by this commit (the mount lists at most 100,000)",
+                c.erased.items_unlisted
+            ),
+        ));
+    }
     for item in &c.erased.retained {
         erased.push(row(
             &format!("NOT erased {}", item.kind.label()),
             format!(
-                "{}: removed, but its data is kept by snapshot(s) {} (object id(s) {})",
+                "{}: removed, but its data is still held by {} (object id(s) {})",
                 item.name,
                 item.kept_in.join(", "),
                 join(&item.object_ids)

@@ -64,6 +64,8 @@ pub struct Request {
     share_vault: Option<VaultFacts>,
     key: Signer,
     names: NameForm,
+    /// Erased names a mount removed past those it listed.
+    items_unlisted: u64,
 }
 
 impl Drop for Request {
@@ -85,6 +87,61 @@ impl Request {
     /// A name as the certificate shows it: in clear, or salted and hashed.
     pub fn name(&self, name: &str) -> String {
         self.names.show(name).expect("the salt was made here")
+    }
+
+    /// Adds what a mount removed since its last commit (its measure before
+    /// the commit says) to the command's items: the commit erases it too.
+    fn add_removed(
+        &mut self,
+        before: &Measure,
+        items: &mut Vec<ErasedItem>,
+        retained: &mut Vec<RetainedItem>,
+    ) {
+        let Some(removed) = &before.removed else {
+            return;
+        };
+        let (erased, kept) = removed.items(|n| self.name(n));
+        // A path the command names itself (`redact`, whose removal went
+        // through the mount's own calls) is listed once, with the objects.
+        for item in erased {
+            match find_oids(items, retained, item.kind, &item.name) {
+                Some(oids) => merge(oids, &item.object_ids),
+                None => items.push(item),
+            }
+        }
+        for item in kept {
+            match find_oids(items, retained, item.kind, &item.name) {
+                Some(oids) => merge(oids, &item.object_ids),
+                None => retained.push(item),
+            }
+        }
+        self.items_unlisted = removed.more;
+    }
+}
+
+/// The object ids of the item (erased or retained) of this kind and name
+/// already listed, if any.
+fn find_oids<'a>(
+    items: &'a mut [ErasedItem],
+    retained: &'a mut [RetainedItem],
+    kind: ItemKind,
+    name: &str,
+) -> Option<&'a mut Vec<u64>> {
+    if let Some(i) = items.iter_mut().find(|i| i.kind == kind && i.name == name) {
+        return Some(&mut i.object_ids);
+    }
+    retained
+        .iter_mut()
+        .find(|i| i.kind == kind && i.name == name)
+        .map(|i| &mut i.object_ids)
+}
+
+/// Adds `more` to `oids`, each once.
+fn merge(oids: &mut Vec<u64>, more: &[u64]) {
+    for &oid in more {
+        if !oids.contains(&oid) {
+            oids.push(oid);
+        }
     }
 }
 
@@ -146,6 +203,7 @@ pub fn prepare(args: &CertArgs, erases: bool) -> Result<Option<Request>, Failure
         share_vault: None,
         key,
         names,
+        items_unlisted: 0,
     }))
 }
 
@@ -318,6 +376,7 @@ pub fn write(
         command: command.into(),
         names: request.names.clone(),
         items,
+        items_unlisted: request.items_unlisted,
         retained,
         totals,
         medium: medium(g),
@@ -401,16 +460,19 @@ pub fn measure_live(g: &Global) -> Result<Option<Measure>, Failure> {
 
 /// A certified commit by the process holding the store: measure, `purge`,
 /// measure, write. Hands the request back when no process holds the store.
+/// A mount's measure names what it removed since its last commit: those
+/// paths join the command's items (the commit erases them).
 pub fn purge_live(
-    request: Request,
+    mut request: Request,
     g: &Global,
     command: &str,
-    items: Vec<ErasedItem>,
-    retained: Vec<RetainedItem>,
+    mut items: Vec<ErasedItem>,
+    mut retained: Vec<RetainedItem>,
 ) -> Result<Result<String, Request>, Failure> {
     let Some(before) = measure_live(g)? else {
         return Ok(Err(request));
     };
+    request.add_removed(&before, &mut items, &mut retained);
     let tpm = tpm_evidence(g, None)?;
     let reply = g.control("purge")?.ok_or_else(|| gone(g))?;
     reply.map_err(|e| g.control_failure(e))?;
@@ -431,7 +493,13 @@ fn gone(g: &Global) -> Failure {
 /// and exit: opens the store (so the password is needed), commits if that
 /// final commit did not (nothing had changed), and measures the erasure
 /// against `before`, taken through the control socket before unmounting.
-pub fn after_unmount(request: Request, g: &Global, before: &Unmounting) -> Result<String, Failure> {
+/// The paths the mount removed since its last commit (in `before`) are the
+/// certificate's items.
+pub fn after_unmount(
+    mut request: Request,
+    g: &Global,
+    before: &Unmounting,
+) -> Result<String, Failure> {
     let session = g.open(Access::Write)?;
     if session.store.epoch() <= before.measure.epoch {
         session.store.commit().map_err(|e| g.fail(e))?;
@@ -439,7 +507,9 @@ pub fn after_unmount(request: Request, g: &Global, before: &Unmounting) -> Resul
     let after = measure(g, &session.store)?;
     let totals = before.measure.pending.clone();
     let measures = (&before.measure, totals, &after, before.tpm.as_ref());
-    write(request, g, measures, "oubli umount", Vec::new(), Vec::new())
+    let (mut items, mut retained) = (Vec::new(), Vec::new());
+    request.add_removed(&before.measure, &mut items, &mut retained);
+    write(request, g, measures, "oubli umount", items, retained)
 }
 
 /// What `oubli umount --certificate` takes before unmounting.

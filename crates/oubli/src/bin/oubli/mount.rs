@@ -178,6 +178,30 @@ struct MountFrontend {
     wants_kernel_writes: AtomicBool,
 }
 
+/// `certify-measure` on a mount: the store's measure and the names removed
+/// since the last commit.
+fn certify_measure(handle: &oubli_fuse::Handle, store: &Store) -> Result<String, Refusal> {
+    use oubli::certificate::measure::{RemovedName, RemovedNames};
+    let removals = handle.removals();
+    let mut m = oubli::certificate::measure::measure(store).map_err(|e| Refusal::from(&e))?;
+    m.removed = Some(RemovedNames {
+        paths: removals
+            .paths
+            .into_iter()
+            .map(|r| RemovedName {
+                path: r.path,
+                object_id: r.object_id,
+                bytes: r.bytes,
+                still_linked: r.still_linked,
+                still_open: r.still_open,
+                snapshots: r.snapshots,
+            })
+            .collect(),
+        more: removals.more,
+    });
+    Ok(serde_json::to_string(&m).expect("plain data"))
+}
+
 /// A failed unmount as `oubli umount` receives it (`unmount-outcome`), to
 /// fail with the same code and words as the mount process.
 #[derive(serde::Serialize, serde::Deserialize, Clone)]
@@ -265,6 +289,14 @@ impl oubli::control::Frontend for MountFrontend {
         );
         if line == "unmount-outcome" {
             return Some(Ok(self.outcome()));
+        }
+        if line == "certify-measure" {
+            // The measure a serving process gives, plus the names this
+            // mount removed since its last commit, taken together (no
+            // removal falls between them). Before the mount is up, the
+            // common answer (no names).
+            let handle = self.handle.get()?;
+            return Some(handle.synced(|store| certify_measure(handle, store)));
         }
         if line == MOUNTED_AT {
             // Where another mount of this store learns it is mounted: the

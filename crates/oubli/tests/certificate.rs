@@ -581,6 +581,26 @@ fn show_renders_text_and_a_self_contained_page_that_wraps_long_names() {
     assert!(!escaped.contains("<b>&"), "{escaped}");
 }
 
+/// `erased.items_unlisted` (names a mount removed past the 100,000 it
+/// lists) is absent when 0, so other certificates sign what they did
+/// before it existed; when present it is shown, and it is signed like
+/// every member.
+#[test]
+fn names_past_a_mounts_list_are_counted_shown_and_signed() {
+    let env = Env::new();
+    env.put("one", b"x");
+    env.certified(&["rm", "one", "--purge"], "c.json");
+    let text = std::fs::read_to_string(env.path("c.json")).unwrap();
+    assert!(!text.contains("items_unlisted"), "{text}");
+    let mut c = env.read("c.json");
+    c["certificate"]["erased"]["items_unlisted"] = serde_json::json!(12345);
+    std::fs::write(env.path("more.json"), c.to_string()).unwrap();
+    let shown = env.ok(&["certificate", "show", "more.json"]);
+    assert!(shown.contains("12345 more name(s)"), "{shown}");
+    let (code, out) = env.verify("more.json", "a.pub", false);
+    assert_eq!(code, 10, "{out}");
+}
+
 /// SoftHSM2 is a software token: its objects are files on the host, which
 /// may keep old copies, and the vault says so (`overwrite_is_erasure` is
 /// false for it, true for a hardware token). The certificate follows: a

@@ -14,10 +14,11 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// How long the kernel may cache names and attributes of the live tree (an
@@ -32,14 +33,49 @@ pub(crate) const MAX_IO: u32 = 1 << 20;
 pub(crate) struct Kernel {
     pub(crate) fs: Arc<Fs>,
     snaps: Snapdir<Fs>,
+    writers: Arc<Writers>,
     destroyed: bool,
 }
 
+/// The live inodes the kernel holds open for writing, with how many
+/// handles: only these can have pages in the kernel's writeback cache that
+/// this file system has not received (a close writes a file's dirty pages
+/// back and waits for them; a writable mapping keeps its handle open).
+/// [`crate::write_back_kernel_cache`] waits for their writes.
+#[derive(Default)]
+pub(crate) struct Writers(Mutex<HashMap<u64, u32>>);
+
+impl Writers {
+    fn opened(&self, ino: u64) {
+        *self.lock().entry(ino).or_insert(0) += 1;
+    }
+
+    fn released(&self, ino: u64) {
+        let mut map = self.lock();
+        if let Some(n) = map.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&ino);
+            }
+        }
+    }
+
+    /// The inodes open for writing now.
+    pub(crate) fn inodes(&self) -> Vec<u64> {
+        self.lock().keys().copied().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 impl Kernel {
-    pub(crate) fn new(fs: Arc<Fs>, snaps: Snapdir<Fs>) -> Kernel {
+    pub(crate) fn new(fs: Arc<Fs>, snaps: Snapdir<Fs>, writers: Arc<Writers>) -> Kernel {
         Kernel {
             fs,
             snaps,
+            writers,
             destroyed: false,
         }
     }
@@ -464,7 +500,12 @@ impl Filesystem for Kernel {
                 reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO)
             }
             // Every change passes through this mount, so cached pages stay valid across opens.
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(()) => {
+                if write {
+                    self.writers.opened(ino.0);
+                }
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -540,11 +581,14 @@ impl Filesystem for Kernel {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY && !in_snapshot(ino.0) {
+            self.writers.released(ino.0);
+        }
         if let Ok((fs, oid, _)) = self.on(ino.0) {
             fs.release(oid);
         }
@@ -799,7 +843,7 @@ impl Filesystem for Kernel {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let name = name.as_bytes();
@@ -807,13 +851,19 @@ impl Filesystem for Kernel {
             .live_parent(parent.0, name, true)
             .and_then(|()| self.fs.create(parent.0, name, mode, umask, caller(req)))
         {
-            Ok(attr) => reply.created(
-                &ttl(attr.ino, self.fs.attrs_always_fresh()),
-                &attr,
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok(attr) => {
+                // Counted as release counts it: by the handle's access mode.
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    self.writers.opened(attr.ino.0);
+                }
+                reply.created(
+                    &ttl(attr.ino, self.fs.attrs_always_fresh()),
+                    &attr,
+                    Generation(0),
+                    FileHandle(0),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
             Err(e) => reply.error(e),
         }
     }

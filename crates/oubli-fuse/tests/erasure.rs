@@ -452,6 +452,48 @@ fn a_purge_erases_what_dirty_pages_overwrote() {
     drop(held);
 }
 
+/// The writes a purge must wait for: an overwrite through a handle still
+/// open sits in the kernel's writeback cache, and `syncfs` returns while the
+/// WRITE requests it started are still queued or being served (FUSE.md,
+/// "The writeback cache"). The store must hold the overwrite the moment
+/// `Session::purge` returns, in every one of many rounds (before the write
+/// barrier, 3 rounds in 12 found the old data).
+#[test]
+fn a_purge_waits_for_writes_the_kernel_has_in_flight() {
+    if !fuse_available() {
+        return;
+    }
+    let options = harness::options(41);
+    let (store, _vault) = harness::create(
+        Arc::new(MemMedium::with_segment_capacity(harness::TEST_SEGMENT)) as Arc<dyn Medium>,
+        &options,
+    );
+    let m = Mounted::new(Arc::new(store), default_options());
+    // Several WRITE requests of 1 MiB each: served in parallel, for
+    // milliseconds, while the purge begins.
+    const N: usize = 4 << 20;
+    const ROUNDS: u64 = 20;
+    let mut stale = Vec::new();
+    for round in 0..ROUNDS {
+        let path = m.path(&format!("in-flight-{round}"));
+        write_file(&path, &marker::data(1000 + 2 * round, N));
+        let oid = fs::metadata(&path).unwrap().ino();
+        m.session().purge().unwrap();
+        let held = OpenOptions::new().write(true).open(&path).unwrap();
+        let new = marker::data(1001 + 2 * round, N);
+        held.write_all_at(&new, 0).unwrap();
+        m.session().purge().unwrap();
+        if m.store.read(oid, 0, N).unwrap() != new {
+            stale.push(round);
+        }
+        drop(held);
+    }
+    assert!(
+        stale.is_empty(),
+        "the store lacked the overwrite right after the purge in rounds {stale:?} of {ROUNDS}"
+    );
+}
+
 /// A file removed while the kernel still holds its dirty pages: the pages
 /// reach the mount (the purge's writeback, or the last close's) while the
 /// object is an orphan, go with it at the last close, and nothing of them

@@ -178,7 +178,15 @@ impl Store {
         let mut share = e.shares[&id].clone();
         share.destroyed_at = Some(now_secs());
         e.apply(Op::PutShare { share }, true)?;
-        e.commit()
+        // Past the vault's wipe the share is gone, whatever the commit
+        // does: a full medium only delays recording it (DESIGN §7).
+        e.commit().map_err(|err| match err {
+            Error::NoSpace(why) => Error::NoSpace(format!(
+                "share {name} is destroyed (its vault no longer holds its key), \
+                 but the commit that records it found no room: {why}"
+            )),
+            other => other,
+        })
     }
 }
 

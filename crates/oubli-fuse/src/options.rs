@@ -51,7 +51,8 @@ pub struct MountOptions {
     /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
     /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
     pub snapdir_visible: bool,
-    /// The kernel's writeback cache (`-o writeback_cache`, the default;
+    /// The kernel's writeback cache (`-o writeback_cache`, the default on
+    /// Linux 6.16 and later, see [`kernel_waits_for_fuse_writeback`];
     /// `-o no_writeback_cache` turns it off): small writes gather in the
     /// page cache and reach the mount in large requests at writeback,
     /// `fsync`, close and before a purge; the kernel then owns a file's size
@@ -89,9 +90,33 @@ impl Default for MountOptions {
             atime: Vec::new(),
             readahead_kib: None,
             snapdir_visible: false,
-            writeback_cache: true,
+            writeback_cache: kernel_waits_for_fuse_writeback(),
             extra: Vec::new(),
         }
+    }
+}
+
+/// Whether the running kernel keeps a FUSE page under writeback until the
+/// mount has answered its WRITE (Linux 6.16 and later: the writeback
+/// temp-page copies are gone). A purge relies on it to wait for the writes
+/// the kernel has in flight (`lib.rs`, `write_back_kernel_cache`); before
+/// 6.16 the kernel ended writeback when it copied the page, so a purge could
+/// end the epoch before such a write arrived and leave what it overwrote
+/// recoverable. There the writeback cache is off unless asked for.
+pub fn kernel_waits_for_fuse_writeback() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release_at_least(&release, 6, 16)
+}
+
+/// Whether a kernel release string (`6.18.44-fc-v1300`) is at least `major.minor`.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(ma), Some(mi)) => (ma, mi) >= (major, minor),
+        _ => false,
     }
 }
 
@@ -186,6 +211,17 @@ impl MountOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_writeback_cache_defaults_on_only_where_the_kernel_waits_for_its_writes() {
+        assert!(release_at_least("6.18.44-fc-v1300", 6, 16));
+        assert!(release_at_least("6.16.0", 6, 16));
+        assert!(release_at_least("7.0.1", 6, 16));
+        assert!(!release_at_least("6.15.9-arch1", 6, 16));
+        assert!(!release_at_least("6.1.0-28-amd64", 6, 16));
+        assert!(!release_at_least("5.19.0", 6, 16));
+        assert!(!release_at_least("garbage", 6, 16));
+    }
 
     #[test]
     fn parses_the_documented_options() {

@@ -179,6 +179,37 @@ struct Target {
 }
 
 impl Target {
+    /// The object the URI names (`default_label` when it names none) and a
+    /// device thread that connects to its token; nothing is opened until
+    /// the first job. `what` starts the thread's name.
+    fn open(
+        uri: &Pkcs11Uri,
+        pin: &SecretBytes,
+        default_label: &str,
+        what: &str,
+        options: &Pkcs11Options,
+    ) -> Result<(Target, Worker<TokenConn>), VaultError> {
+        let module = module_path(uri)?;
+        let target = Target {
+            uri: Arc::new(uri.clone()),
+            lock: module_lock(&module),
+            module,
+            label: uri
+                .object
+                .clone()
+                .unwrap_or_else(|| default_label.to_string()),
+            pin: Arc::new(resolve_pin(uri, pin)),
+        };
+        let t = target.clone();
+        let worker = Worker::new(
+            format!("{what} {}", uri.token.as_deref().unwrap_or("token")),
+            options.timeout,
+            true,
+            Arc::new(move || t.connect()),
+        );
+        Ok((target, worker))
+    }
+
     /// Holds the module's lock for one job (see [`module_lock`]).
     fn exclusive(&self) -> std::sync::MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
@@ -440,24 +471,8 @@ impl Pkcs11Vault {
         state: Arc<KekState>,
         options: &Pkcs11Options,
     ) -> Result<Pkcs11Vault, VaultError> {
-        let module = module_path(uri)?;
-        let target = Target {
-            uri: Arc::new(uri.clone()),
-            lock: module_lock(&module),
-            module,
-            label: uri
-                .object
-                .clone()
-                .unwrap_or_else(|| DEFAULT_OBJECT_LABEL.to_string()),
-            pin: Arc::new(resolve_pin(uri, password)),
-        };
-        let t = target.clone();
-        let worker = Worker::new(
-            format!("pkcs11 {}", uri.token.as_deref().unwrap_or("token")),
-            options.timeout,
-            true,
-            Arc::new(move || t.connect()),
-        );
+        let (target, worker) =
+            Target::open(uri, password, DEFAULT_OBJECT_LABEL, "pkcs11", options)?;
         Ok(Pkcs11Vault {
             info: VaultInfo {
                 kind: "pkcs11".into(),
@@ -707,24 +722,13 @@ impl TokenSigner {
         pin: &SecretBytes,
         options: Pkcs11Options,
     ) -> Result<TokenSigner, VaultError> {
-        let module = module_path(uri)?;
-        let target = Target {
-            uri: Arc::new(uri.clone()),
-            lock: module_lock(&module),
-            module,
-            label: uri
-                .object
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SIGNING_KEY_LABEL.to_string()),
-            pin: Arc::new(resolve_pin(uri, pin)),
-        };
-        let t = target.clone();
-        let worker = Worker::new(
-            format!("pkcs11 signer {}", uri.token.as_deref().unwrap_or("token")),
-            options.timeout,
-            true,
-            Arc::new(move || t.connect()),
-        );
+        let (target, worker) = Target::open(
+            uri,
+            pin,
+            DEFAULT_SIGNING_KEY_LABEL,
+            "pkcs11 signer",
+            &options,
+        )?;
         Ok(TokenSigner { target, worker })
     }
 

@@ -432,6 +432,16 @@ impl TpmVault {
         })
     }
 
+    /// What a job on the device thread needs to reach and unlock a slot.
+    fn slot_access(&self) -> SlotAccess {
+        SlotAccess {
+            auth: self.slot_auth(),
+            loc: self.location.clone(),
+            state: self.state.clone(),
+            provider: self.provider.clone(),
+        }
+    }
+
     /// The slots' authorization value: derived from the KEK, so only the
     /// password opens them, and never the KEK itself.
     fn slot_auth(&self) -> Zeroizing<Vec<u8>> {
@@ -473,12 +483,7 @@ impl TpmVault {
         &self,
         job: impl FnOnce(&mut Context, &SlotAccess) -> Result<T, VaultError> + Send + 'static,
     ) -> Result<T, VaultError> {
-        let access = SlotAccess {
-            auth: self.slot_auth(),
-            loc: self.location.clone(),
-            state: self.state.clone(),
-            provider: self.provider.clone(),
-        };
+        let access = self.slot_access();
         self.worker.run(move |conn| {
             let result = conn.get().and_then(|c| job(&mut c.ctx, &access));
             reset_on_unavailable(conn, result)
@@ -1064,12 +1069,7 @@ impl TpmVault {
         first: impl FnOnce(&mut Context, &SlotAccess) -> Result<A, VaultError> + Send + 'static,
         then: impl FnOnce(A, &SlotAccess) -> Result<T, VaultError> + Send + 'static,
     ) -> Result<T, VaultError> {
-        let access = SlotAccess {
-            auth: self.slot_auth(),
-            loc: self.location.clone(),
-            state: self.state.clone(),
-            provider: self.provider.clone(),
-        };
+        let access = self.slot_access();
         self.worker.run(move |conn| {
             let got = conn.get().and_then(|c| first(&mut c.ctx, &access));
             let got = reset_on_unavailable(conn, got)?;

@@ -9,7 +9,7 @@ mod common;
 #[cfg(feature = "tpm")]
 use common::Swtpm;
 use common::{skip_hw, SoftHsm, SOFTHSM_MODULE};
-use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
+use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes};
 use oubli_vault::{
     create_vault_with, open_vault_with, KdfParams, Pkcs11Options, VaultError, VaultOptions,
     VaultRecord,
@@ -26,13 +26,7 @@ fn pw(s: &str) -> SecretBytes {
 }
 
 fn rec(epoch: u64) -> VaultRecord {
-    let mut key = [0x77u8; 32];
-    key[..8].copy_from_slice(&epoch.to_le_bytes());
-    VaultRecord {
-        store_id: [0x11; 16],
-        epoch,
-        key: SecretKey::from_bytes(key),
-    }
+    common::record(0x77, 0x11, epoch)
 }
 
 fn options() -> VaultOptions {

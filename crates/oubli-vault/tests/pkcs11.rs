@@ -4,10 +4,11 @@
 //! every test here shares one private configuration and token directory,
 //! made before the first use; tests keep apart by object label.
 
+#[macro_use]
 mod common;
 
 use common::{skip_hw, SoftHsm, SOFTHSM_MODULE};
-use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
+use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes};
 use oubli_vault::{
     KdfParams, Pkcs11Options, Pkcs11Uri, Pkcs11Vault, RotationStep, Vault, VaultError, VaultRecord,
 };
@@ -35,13 +36,7 @@ fn pw(s: &str) -> SecretBytes {
 }
 
 fn rec(epoch: u64) -> VaultRecord {
-    let mut key = [0x3Cu8; 32];
-    key[..8].copy_from_slice(&epoch.to_le_bytes());
-    VaultRecord {
-        store_id: [0x5A; 16],
-        epoch,
-        key: SecretKey::from_bytes(key),
-    }
+    common::record(0x3C, 0x5A, epoch)
 }
 
 fn uri(token: &str, object: &str, pin: Option<&str>) -> Pkcs11Uri {
@@ -76,15 +71,6 @@ fn create(u: &Pkcs11Uri, record: &VaultRecord) -> Pkcs11Vault {
 
 fn open(u: &Pkcs11Uri, password: &str) -> Result<Pkcs11Vault, VaultError> {
     Pkcs11Vault::open(u, &pw(password), provider(), options())
-}
-
-macro_rules! hw {
-    () => {
-        if skip_hw() {
-            eprintln!("OUBLI_SKIP_HW=1: skipped");
-            return;
-        }
-    };
 }
 
 #[test]

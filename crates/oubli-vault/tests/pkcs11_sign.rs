@@ -1,5 +1,6 @@
 //! TokenSigner against SoftHSM2: an Ed25519 key generated inside the token signs, and its signatures verify with ring.
 
+#[macro_use]
 mod common;
 
 use common::{skip_hw, SoftHsm, SOFTHSM_MODULE};
@@ -37,15 +38,6 @@ fn signer(label: &str, pin: Option<&str>) -> TokenSigner {
         Pkcs11Options::default(),
     )
     .unwrap()
-}
-
-macro_rules! hw {
-    () => {
-        if skip_hw() {
-            eprintln!("OUBLI_SKIP_HW=1: skipped");
-            return;
-        }
-    };
 }
 
 #[test]

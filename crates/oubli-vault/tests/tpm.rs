@@ -2,13 +2,12 @@
 
 #![cfg(feature = "tpm")]
 
+#[macro_use]
 mod common;
 
-use common::{skip_hw, Swtpm};
-use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
-use oubli_vault::{
-    KdfParams, RotationStep, TpmLocation, TpmOptions, TpmVault, Vault, VaultError, VaultRecord,
-};
+use common::{skip_hw, tpm_options, Swtpm};
+use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes};
+use oubli_vault::{KdfParams, RotationStep, TpmOptions, TpmVault, Vault, VaultError, VaultRecord};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,51 +20,28 @@ fn pw(s: &str) -> SecretBytes {
 }
 
 fn rec(epoch: u64) -> VaultRecord {
-    let mut key = [0xC3u8; 32];
-    key[..8].copy_from_slice(&epoch.to_le_bytes());
-    VaultRecord {
-        store_id: [0xA5; 16],
-        epoch,
-        key: SecretKey::from_bytes(key),
-    }
-}
-
-/// Generous: swtpm syncs its state file on every NV write, which can take
-/// seconds on a busy disk. The hang test uses a short deadline of its own.
-fn options() -> TpmOptions {
-    TpmOptions {
-        timeout: Duration::from_secs(30),
-        owner_auth: None,
-    }
-}
-
-fn loc(tpm: &Swtpm) -> TpmLocation {
-    TpmLocation::parse(&tpm.location()).unwrap()
+    common::record(0xC3, 0xA5, epoch)
 }
 
 fn create(tpm: &Swtpm, record: &VaultRecord) -> TpmVault {
     TpmVault::create(
-        &loc(tpm),
+        &tpm.tpm_location(),
         &pw("hunter2"),
         KdfParams::testing(),
         record,
         provider(),
-        options(),
+        tpm_options(),
     )
     .unwrap()
 }
 
 fn open(tpm: &Swtpm, password: &str) -> Result<TpmVault, VaultError> {
-    TpmVault::open(&loc(tpm), &pw(password), provider(), options())
-}
-
-macro_rules! hw {
-    () => {
-        if skip_hw() {
-            eprintln!("OUBLI_SKIP_HW=1: skipped");
-            return;
-        }
-    };
+    TpmVault::open(
+        &tpm.tpm_location(),
+        &pw(password),
+        provider(),
+        tpm_options(),
+    )
 }
 
 #[test]
@@ -145,12 +121,12 @@ fn create_refuses_taken_indices() {
     let tpm = Swtpm::start();
     create(&tpm, &rec(1));
     let err = TpmVault::create(
-        &loc(&tpm),
+        &tpm.tpm_location(),
         &pw("x"),
         KdfParams::testing(),
         &rec(9),
         provider(),
-        options(),
+        tpm_options(),
     )
     .unwrap_err();
     assert!(
@@ -179,7 +155,7 @@ fn hung_tpm_times_out() {
     hw!();
     let tpm = Swtpm::start();
     let v = TpmVault::create(
-        &loc(&tpm),
+        &tpm.tpm_location(),
         &pw("hunter2"),
         KdfParams::testing(),
         &rec(1),
@@ -271,7 +247,7 @@ fn destroy_removes_everything() {
     hw!();
     let tpm = Swtpm::start();
     let v = create(&tpm, &rec(1));
-    v.destroy(&options()).unwrap();
+    v.destroy(&tpm_options()).unwrap();
     assert!(matches!(open(&tpm, "hunter2"), Err(VaultError::Missing(_))));
     create(&tpm, &rec(7));
 }
@@ -314,14 +290,14 @@ fn wrong_owner_authorization_is_reported_as_such() {
     hw!();
     let tpm = Swtpm::start();
     let err = TpmVault::create(
-        &loc(&tpm),
+        &tpm.tpm_location(),
         &pw("hunter2"),
         KdfParams::testing(),
         &rec(1),
         provider(),
         TpmOptions {
             owner_auth: Some(pw("not the owner password")),
-            ..options()
+            ..tpm_options()
         },
     )
     .unwrap_err();

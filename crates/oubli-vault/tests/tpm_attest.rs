@@ -2,62 +2,36 @@
 
 #![cfg(feature = "tpm")]
 
+#[macro_use]
 mod common;
 
-use common::{skip_hw, Swtpm};
-use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
+use common::{skip_hw, tpm_options, Swtpm};
+use oubli_crypto::{CryptoProvider, RingProvider, SecretBytes};
 use oubli_vault::tpm_attest::{
     blank_slot_digest, verify_nv_certification, verify_rotation, verify_slot_certifications,
     SlotCertifications,
 };
-use oubli_vault::{KdfParams, TpmLocation, TpmOptions, TpmVault, Vault, VaultRecord};
+use oubli_vault::{KdfParams, TpmVault, Vault, VaultRecord};
 use std::sync::Arc;
-use std::time::Duration;
 
 fn provider() -> Arc<dyn CryptoProvider> {
     Arc::new(RingProvider::new())
 }
 
 fn rec(epoch: u64) -> VaultRecord {
-    let mut key = [0x5Au8; 32];
-    key[..8].copy_from_slice(&epoch.to_le_bytes());
-    VaultRecord {
-        store_id: [0x17; 16],
-        epoch,
-        key: SecretKey::from_bytes(key),
-    }
-}
-
-fn options() -> TpmOptions {
-    TpmOptions {
-        timeout: Duration::from_secs(30),
-        owner_auth: None,
-    }
-}
-
-fn loc(tpm: &Swtpm) -> TpmLocation {
-    TpmLocation::parse(&tpm.location()).unwrap()
+    common::record(0x5A, 0x17, epoch)
 }
 
 fn create(tpm: &Swtpm) -> TpmVault {
     TpmVault::create(
-        &loc(tpm),
+        &tpm.tpm_location(),
         &SecretBytes::new(b"hunter2".to_vec()),
         KdfParams::testing(),
         &rec(1),
         provider(),
-        options(),
+        tpm_options(),
     )
     .unwrap()
-}
-
-macro_rules! hw {
-    () => {
-        if skip_hw() {
-            eprintln!("OUBLI_SKIP_HW=1: skipped");
-            return;
-        }
-    };
 }
 
 const QD: &[u8] = &[0x42; 32];
@@ -162,30 +136,16 @@ fn a_tpm_whose_nv_state_was_rolled_back_is_caught_by_a_fresh_certification() {
     let v = create(&tpm);
     let old = v.current_record_digest().unwrap();
     // A copy of the simulator's NV state while epoch 1's record is in it.
-    let saved: Vec<(std::path::PathBuf, Vec<u8>)> = std::fs::read_dir(tpm.state_dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
+    let saved = tpm.nv_files();
     v.store(&rec(2)).unwrap();
     let new = v.current_record_digest().unwrap();
     drop(v);
-    // Roll the TPM back: the attack a real TPM's NV memory rules out, and a
-    // simulator's host file allows.
-    tpm.kill();
-    for (path, bytes) in &saved {
-        std::fs::write(path, bytes).unwrap();
-    }
-    tpm.restart();
+    tpm.roll_back(&saved);
     let v = TpmVault::open(
-        &loc(&tpm),
+        &tpm.tpm_location(),
         &SecretBytes::new(b"hunter2".to_vec()),
         provider(),
-        options(),
+        tpm_options(),
     )
     .unwrap();
     assert_eq!(v.load().unwrap(), rec(1));

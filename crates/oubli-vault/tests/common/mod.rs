@@ -25,6 +25,32 @@ pub fn skip_hw() -> bool {
     std::env::var("OUBLI_SKIP_HW").is_ok_and(|v| v == "1")
 }
 
+/// Returns from the test when the hardware tests are switched off, saying
+/// so. The caller has `skip_hw` in scope (`use common::skip_hw`): a macro's
+/// paths resolve where it is used, and this module is `common` in some test
+/// crates and `hw` in others.
+#[allow(unused_macros)]
+macro_rules! hw {
+    () => {
+        if skip_hw() {
+            eprintln!("OUBLI_SKIP_HW=1: skipped");
+            return;
+        }
+    };
+}
+
+/// A vault record for `epoch`: its key is `fill` bytes with the epoch in
+/// front (so each epoch's key differs), its store id `store_id` bytes.
+pub fn record(fill: u8, store_id: u8, epoch: u64) -> oubli_vault::VaultRecord {
+    let mut key = [fill; 32];
+    key[..8].copy_from_slice(&epoch.to_le_bytes());
+    oubli_vault::VaultRecord {
+        store_id: [store_id; 16],
+        epoch,
+        key: oubli_crypto::SecretKey::from_bytes(key),
+    }
+}
+
 /// Finds `program` on PATH or panics with the install hint.
 pub fn require(program: &str, package: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -35,6 +61,16 @@ pub fn require(program: &str, package: &str) -> PathBuf {
         }
     }
     panic!("`{program}` (Debian package {package}) is not installed: {INSTALL_HINT}");
+}
+
+/// Generous: swtpm syncs its state file on every NV write, which can take
+/// seconds on a busy disk. A hang test sets a short deadline of its own.
+#[cfg(feature = "tpm")]
+pub fn tpm_options() -> oubli_vault::TpmOptions {
+    oubli_vault::TpmOptions {
+        timeout: Duration::from_secs(30),
+        owner_auth: None,
+    }
 }
 
 /// A swtpm process serving TPM 2.0 commands on 127.0.0.1.
@@ -125,6 +161,12 @@ impl Swtpm {
         format!("swtpm:host=127.0.0.1,port={}", self.port)
     }
 
+    /// [`location`](Self::location), parsed.
+    #[cfg(feature = "tpm")]
+    pub fn tpm_location(&self) -> oubli_vault::TpmLocation {
+        oubli_vault::TpmLocation::parse(&self.location()).unwrap()
+    }
+
     /// Kills the simulator at once (SIGKILL): as a power cut of the TPM.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -165,6 +207,31 @@ impl Swtpm {
             .unwrap()
             .success();
         assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// The simulator's persistent state (its NV memory), file by file, to
+    /// put back with [`roll_back`](Self::roll_back).
+    pub fn nv_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        std::fs::read_dir(self.state_dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| {
+                let bytes = std::fs::read(&p).unwrap();
+                (p, bytes)
+            })
+            .collect()
+    }
+
+    /// Kills the simulator, puts back the NV state [`nv_files`](Self::nv_files)
+    /// took, and starts it again: a TPM rolled back, the attack a real TPM's
+    /// NV memory rules out and a simulator's host file allows.
+    pub fn roll_back(&mut self, saved: &[(PathBuf, Vec<u8>)]) {
+        self.kill();
+        for (path, bytes) in saved {
+            std::fs::write(path, bytes).unwrap();
+        }
+        self.restart();
     }
 
     /// Every byte of the simulator's persistent state (its NV memory).

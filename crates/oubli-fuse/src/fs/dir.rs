@@ -1,13 +1,11 @@
 //! Names: lookup, creating, linking, removing and renaming them, and directory listings.
 
-use super::{
-    errno, lock, Caller, Fs, Node, State, NAME_MAX, R, SENSITIVE_XATTR, SHARE_XATTR, S_ISGID,
-};
+use super::{errno, lock, Caller, Fs, Node, NAME_MAX, R, SENSITIVE_XATTR, SHARE_XATTR, S_ISGID};
 use crate::meta::{Attr, Timestamp, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use fuser::{Errno, FileAttr, FileType};
 use oubli_core::{Error as StoreError, ROOT_DIR};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Prefix of the names a `RENAME_EXCHANGE` parks one side under while it swaps (visible, so a crash loses nothing).
 const EXCHANGE_PREFIX: &str = ".oubli-exchange-";
@@ -163,19 +161,7 @@ impl Fs {
             }
             return Err(errno(e));
         }
-        let node = Arc::new(Node {
-            oid,
-            st: Mutex::new(State {
-                attr,
-                size,
-                dirty: false,
-                lookups: 1,
-                opens,
-                deleted: false,
-                stored: std::cell::Cell::new(None),
-                cells_undecided: false,
-            }),
-        });
+        let node = Node::new(oid, attr, size, 1, opens);
         let st = lock(&node.st);
         let fa = self.file_attr(oid, &st);
         drop(st);

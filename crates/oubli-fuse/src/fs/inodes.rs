@@ -5,7 +5,7 @@ use crate::meta::{Attr, S_IFDIR};
 use fuser::{Errno, FileType};
 use oubli_core::ROOT_DIR;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 /// Inodes kept whole in memory. The kernel references every inode it has
 /// in its cache (a million after a walk of a million files) until memory
@@ -100,19 +100,7 @@ impl Fs {
             Some(n) => n.clone(),
             None => {
                 let (attr, size) = self.fetch(oid)?;
-                let node = Arc::new(Node {
-                    oid,
-                    st: Mutex::new(State {
-                        attr,
-                        size,
-                        dirty: false,
-                        lookups: table.shed.remove(&oid).unwrap_or(0),
-                        opens: 0,
-                        deleted: false,
-                        stored: std::cell::Cell::new(None),
-                        cells_undecided: false,
-                    }),
-                });
+                let node = Node::new(oid, attr, size, table.shed.remove(&oid).unwrap_or(0), 0);
                 table.insert(oid, node.clone());
                 node
             }

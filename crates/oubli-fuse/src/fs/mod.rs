@@ -134,6 +134,26 @@ struct State {
     cells_undecided: bool,
 }
 
+impl Node {
+    /// An inode in memory as the store holds it: nothing unwritten, not
+    /// deleted, its stored bytes not yet counted.
+    fn new(oid: u64, attr: Attr, size: u64, lookups: u64, opens: u32) -> Arc<Node> {
+        Arc::new(Node {
+            oid,
+            st: Mutex::new(State {
+                attr,
+                size,
+                dirty: false,
+                lookups,
+                opens,
+                deleted: false,
+                stored: std::cell::Cell::new(None),
+                cells_undecided: false,
+            }),
+        })
+    }
+}
+
 impl State {
     fn sensitive(&self) -> bool {
         self.attr.xattrs.contains_key(SENSITIVE_XATTR)
@@ -309,19 +329,7 @@ impl Fs {
             removed: Mutex::new(Removed::default()),
             unfinished: Mutex::new(None),
         };
-        let node = Arc::new(Node {
-            oid: ROOT_DIR,
-            st: Mutex::new(State {
-                attr: root,
-                size: 0,
-                dirty: false,
-                lookups: 1,
-                opens: 0,
-                deleted: false,
-                stored: std::cell::Cell::new(None),
-                cells_undecided: false,
-            }),
-        });
+        let node = Node::new(ROOT_DIR, root, 0, 1, 0);
         lock(&fs.table).insert(ROOT_DIR, node);
         Ok(fs)
     }

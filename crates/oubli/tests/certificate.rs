@@ -59,6 +59,20 @@ impl Env {
         self.dir.path().join(name)
     }
 
+    /// A store whose vault is on a fresh swtpm, holding `in-tpm-store`
+    /// (4096 bytes); None when the hardware tests are switched off.
+    #[cfg(feature = "tpm")]
+    fn on_swtpm() -> Option<(hw::Swtpm, Env)> {
+        if hw::skip_hw() {
+            return None;
+        }
+        let tpm = hw::Swtpm::start();
+        let address = format!("tpm:{}", tpm.location());
+        let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
+        env.put("in-tpm-store", &[3u8; 4096]);
+        Some((tpm, env))
+    }
+
     /// A store on a simulated NAND chip, its vault in the chip.
     fn on_nand() -> Env {
         let dir = tempfile::tempdir().unwrap();
@@ -129,11 +143,7 @@ impl Env {
     }
 
     fn put(&self, name: &str, data: &[u8]) {
-        self.cmd()
-            .args(["put", name, "-"])
-            .write_stdin(data.to_vec())
-            .assert()
-            .success();
+        common::put(self.cmd(), name, data);
     }
 
     /// `oubli ARGS --certificate FILE --sign-key a.pem`; the certificate.
@@ -633,6 +643,16 @@ fn a_softhsm_vault_certificate_names_the_token_and_says_it_is_software() {
     assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
 }
 
+/// Runs `test` with a fresh store mounted (see [`Mounted`]), when FUSE is
+/// available here.
+fn with_a_mount(test: impl FnOnce(&Env, Mounted<'_>)) {
+    if !common::fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    test(&env, Mounted::new(&env));
+}
+
 /// A store mounted (detached) at `mnt` in the temporary directory, with no
 /// commit of its own for an hour; unmounted on drop if a test failed.
 struct Mounted<'a> {
@@ -724,178 +744,160 @@ fn sorted_items_and_nothing_kept(c: &Value, victim: u64) -> Vec<(String, String,
 
 #[test]
 fn commit_through_a_live_mount_certifies_its_deletions() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    let (expected, victim) = remove_through_the_mount(&m.mnt, &env);
-    let c = env.certified(&["commit", m.at()], "commit.json");
-    assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
-    let totals = &c["certificate"]["erased"]["epoch_totals"];
-    assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
-    assert!(
-        totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
-        "{totals}"
-    );
-    assert_erasure(&c, "clear");
-    // The next commit's certificate lists only what was removed since.
-    std::fs::remove_file(m.mnt.join("kept")).unwrap();
-    let c = env.certified(&["commit", m.at()], "again.json");
-    assert_eq!(items(&c), [("path".into(), "kept".into(), 4)], "{c:#}");
-    drop(m);
-    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
-    assert_eq!(env.verify("again.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        let (expected, victim) = remove_through_the_mount(&m.mnt, env);
+        let c = env.certified(&["commit", m.at()], "commit.json");
+        assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
+        let totals = &c["certificate"]["erased"]["epoch_totals"];
+        assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
+        assert!(
+            totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
+            "{totals}"
+        );
+        assert_erasure(&c, "clear");
+        // The next commit's certificate lists only what was removed since.
+        std::fs::remove_file(m.mnt.join("kept")).unwrap();
+        let c = env.certified(&["commit", m.at()], "again.json");
+        assert_eq!(items(&c), [("path".into(), "kept".into(), 4)], "{c:#}");
+        drop(m);
+        assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+        assert_eq!(env.verify("again.json", "a.pub", true).0, 0);
+    });
 }
 
 /// A file removed through the mount that a snapshot still holds, and one
 /// with another hard link, are listed as removed but not erased.
 #[test]
 fn a_mount_certificate_lists_removed_files_a_snapshot_or_a_link_keeps_as_retained() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    std::fs::write(m.mnt.join("held"), vec![5u8; 9_000]).unwrap();
-    env.ok(&["snapshot", "create", "monday", m.at()]);
-    std::fs::write(m.mnt.join("linked"), vec![6u8; 9_000]).unwrap();
-    std::fs::hard_link(m.mnt.join("linked"), m.mnt.join("other-name")).unwrap();
-    std::fs::write(m.mnt.join("untouched"), vec![7u8; 2_000]).unwrap();
-    std::fs::write(m.mnt.join("fresh"), vec![8u8; 1_000]).unwrap();
-    env.ok(&["commit", m.at()]);
-    for name in ["held", "linked", "fresh"] {
-        std::fs::remove_file(m.mnt.join(name)).unwrap();
-    }
-    let c = env.certified(&["commit", m.at()], "commit.json");
-    assert_eq!(items(&c), [("path".into(), "fresh".into(), 1_000)], "{c:#}");
-    let kept = &c["certificate"]["erased"]["retained"];
-    assert_eq!(kept[0]["name"], "held", "{c:#}");
-    assert_eq!(kept[0]["kept_in"], serde_json::json!(["monday"]), "{c:#}");
-    assert_eq!(kept[1]["name"], "linked", "{c:#}");
-    assert_eq!(
-        kept[1]["kept_in"],
-        serde_json::json!(["another name"]),
-        "{c:#}"
-    );
-    assert!(!c.to_string().contains("untouched"), "{c:#}");
-    assert!(!c.to_string().contains("other-name"), "{c:#}");
-    drop(m);
-    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        std::fs::write(m.mnt.join("held"), vec![5u8; 9_000]).unwrap();
+        env.ok(&["snapshot", "create", "monday", m.at()]);
+        std::fs::write(m.mnt.join("linked"), vec![6u8; 9_000]).unwrap();
+        std::fs::hard_link(m.mnt.join("linked"), m.mnt.join("other-name")).unwrap();
+        std::fs::write(m.mnt.join("untouched"), vec![7u8; 2_000]).unwrap();
+        std::fs::write(m.mnt.join("fresh"), vec![8u8; 1_000]).unwrap();
+        env.ok(&["commit", m.at()]);
+        for name in ["held", "linked", "fresh"] {
+            std::fs::remove_file(m.mnt.join(name)).unwrap();
+        }
+        let c = env.certified(&["commit", m.at()], "commit.json");
+        assert_eq!(items(&c), [("path".into(), "fresh".into(), 1_000)], "{c:#}");
+        let kept = &c["certificate"]["erased"]["retained"];
+        assert_eq!(kept[0]["name"], "held", "{c:#}");
+        assert_eq!(kept[0]["kept_in"], serde_json::json!(["monday"]), "{c:#}");
+        assert_eq!(kept[1]["name"], "linked", "{c:#}");
+        assert_eq!(
+            kept[1]["kept_in"],
+            serde_json::json!(["another name"]),
+            "{c:#}"
+        );
+        assert!(!c.to_string().contains("untouched"), "{c:#}");
+        assert!(!c.to_string().contains("other-name"), "{c:#}");
+        drop(m);
+        assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+    });
 }
 
 #[test]
 fn redact_purge_certifies_the_path_and_the_snapshots_it_left() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    std::fs::create_dir(m.mnt.join("clients")).unwrap();
-    std::fs::write(m.mnt.join("clients/alice"), vec![1u8; 30_000]).unwrap();
-    std::fs::write(m.mnt.join("clients/bob"), b"bob stays").unwrap();
-    env.ok(&["snapshot", "create", "monday", m.at()]);
-    let alice = m.mnt.join("clients/alice");
-    let alice_oid = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&alice).unwrap());
-    let c = env.certified(
-        &["redact", alice.to_str().unwrap(), "--purge"],
-        "redact.json",
-    );
-    // Listed once, with its object (the mount's removal of it too).
-    assert_eq!(items(&c), [("path".into(), "clients/alice".into(), 30_000)]);
-    assert_eq!(
-        c["certificate"]["erased"]["items"][0]["object_ids"],
-        serde_json::json!([alice_oid])
-    );
-    assert_eq!(
-        c["certificate"]["erased"]["items"][0]["from_snapshots"],
-        serde_json::json!(["monday"])
-    );
-    assert!(!c.to_string().contains("bob"), "{c:#}");
-    assert_erasure(&c, "clear");
-    assert!(!alice.exists());
-    drop(m);
-    assert_eq!(env.verify("redact.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        std::fs::create_dir(m.mnt.join("clients")).unwrap();
+        std::fs::write(m.mnt.join("clients/alice"), vec![1u8; 30_000]).unwrap();
+        std::fs::write(m.mnt.join("clients/bob"), b"bob stays").unwrap();
+        env.ok(&["snapshot", "create", "monday", m.at()]);
+        let alice = m.mnt.join("clients/alice");
+        let alice_oid = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&alice).unwrap());
+        let c = env.certified(
+            &["redact", alice.to_str().unwrap(), "--purge"],
+            "redact.json",
+        );
+        // Listed once, with its object (the mount's removal of it too).
+        assert_eq!(items(&c), [("path".into(), "clients/alice".into(), 30_000)]);
+        assert_eq!(
+            c["certificate"]["erased"]["items"][0]["object_ids"],
+            serde_json::json!([alice_oid])
+        );
+        assert_eq!(
+            c["certificate"]["erased"]["items"][0]["from_snapshots"],
+            serde_json::json!(["monday"])
+        );
+        assert!(!c.to_string().contains("bob"), "{c:#}");
+        assert_erasure(&c, "clear");
+        assert!(!alice.exists());
+        drop(m);
+        assert_eq!(env.verify("redact.json", "a.pub", true).0, 0);
+    });
 }
 
 #[test]
 fn snapshot_rm_purge_through_a_live_mount_certifies_the_snapshot() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    std::fs::write(m.mnt.join("old"), vec![6u8; 40_000]).unwrap();
-    env.ok(&["snapshot", "create", "only-holder", m.at()]);
-    std::fs::remove_file(m.mnt.join("old")).unwrap();
-    env.ok(&["commit", m.at()]);
-    let c = env.certified(
-        &["snapshot", "rm", "only-holder", "--purge", m.at()],
-        "snap.json",
-    );
-    let listed = items(&c);
-    assert_eq!(listed.len(), 1, "{c:#}");
-    assert_eq!(listed[0].0, "snapshot");
-    assert_eq!(listed[0].1, "only-holder");
-    assert!(listed[0].2 >= 40_000, "{c:#}");
-    assert_erasure(&c, "clear");
-    drop(m);
-    assert_eq!(env.verify("snap.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        std::fs::write(m.mnt.join("old"), vec![6u8; 40_000]).unwrap();
+        env.ok(&["snapshot", "create", "only-holder", m.at()]);
+        std::fs::remove_file(m.mnt.join("old")).unwrap();
+        env.ok(&["commit", m.at()]);
+        let c = env.certified(
+            &["snapshot", "rm", "only-holder", "--purge", m.at()],
+            "snap.json",
+        );
+        let listed = items(&c);
+        assert_eq!(listed.len(), 1, "{c:#}");
+        assert_eq!(listed[0].0, "snapshot");
+        assert_eq!(listed[0].1, "only-holder");
+        assert!(listed[0].2 >= 40_000, "{c:#}");
+        assert_erasure(&c, "clear");
+        drop(m);
+        assert_eq!(env.verify("snap.json", "a.pub", true).0, 0);
+    });
 }
 
 #[test]
 fn umount_certifies_the_mounts_final_commit() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    let (expected, victim) = remove_through_the_mount(&m.mnt, &env);
-    let c = env.certified(&["umount", m.at()], "umount.json");
-    assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
-    assert_eq!(c["certificate"]["command"], "oubli umount");
-    let totals = &c["certificate"]["erased"]["epoch_totals"];
-    assert!(
-        totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
-        "{totals}"
-    );
-    assert_erasure(&c, "clear");
-    assert!(!std::fs::read_to_string("/proc/self/mounts")
-        .unwrap()
-        .contains(m.at()));
-    assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        let (expected, victim) = remove_through_the_mount(&m.mnt, env);
+        let c = env.certified(&["umount", m.at()], "umount.json");
+        assert_eq!(sorted_items_and_nothing_kept(&c, victim), expected, "{c:#}");
+        assert_eq!(c["certificate"]["command"], "oubli umount");
+        let totals = &c["certificate"]["erased"]["epoch_totals"];
+        assert!(
+            totals["sealed_bytes"].as_u64().unwrap() >= 50_000,
+            "{totals}"
+        );
+        assert_erasure(&c, "clear");
+        assert!(!std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .contains(m.at()));
+        assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+    });
 }
 
 /// `--hash-names` hashes the paths a mount removed like any other name.
 #[test]
 fn umount_with_hash_names_lists_the_removed_paths_hashed() {
-    if !common::fuse_available() {
-        return;
-    }
-    let env = Env::new();
-    let m = Mounted::new(&env);
-    std::fs::create_dir(m.mnt.join("patients")).unwrap();
-    std::fs::write(m.mnt.join("patients/record-1234"), vec![8u8; 5_000]).unwrap();
-    env.ok(&["commit", m.at()]);
-    std::fs::remove_file(m.mnt.join("patients/record-1234")).unwrap();
-    let c = env.certified(&["umount", m.at(), "--hash-names"], "umount.json");
-    let text = std::fs::read_to_string(env.path("umount.json")).unwrap();
-    assert!(!text.contains("record-1234"), "{text}");
-    let salt = hex_decode(
-        c["certificate"]["erased"]["names"]["salt"]
-            .as_str()
-            .unwrap(),
-    );
-    assert_eq!(
-        items(&c),
-        [(
-            "path".into(),
-            sha256_hex(&salt, "patients/record-1234"),
-            5_000
-        )],
-        "{c:#}"
-    );
-    assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+    with_a_mount(|env, m| {
+        std::fs::create_dir(m.mnt.join("patients")).unwrap();
+        std::fs::write(m.mnt.join("patients/record-1234"), vec![8u8; 5_000]).unwrap();
+        env.ok(&["commit", m.at()]);
+        std::fs::remove_file(m.mnt.join("patients/record-1234")).unwrap();
+        let c = env.certified(&["umount", m.at(), "--hash-names"], "umount.json");
+        let text = std::fs::read_to_string(env.path("umount.json")).unwrap();
+        assert!(!text.contains("record-1234"), "{text}");
+        let salt = hex_decode(
+            c["certificate"]["erased"]["names"]["salt"]
+                .as_str()
+                .unwrap(),
+        );
+        assert_eq!(
+            items(&c),
+            [(
+                "path".into(),
+                sha256_hex(&salt, "patients/record-1234"),
+                5_000
+            )],
+            "{c:#}"
+        );
+        assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+    });
 }
 
 /// A TPM vault (swtpm): the certificate carries the TPM's NV_Certify of the
@@ -905,13 +907,9 @@ fn umount_with_hash_names_lists_the_removed_paths_hashed() {
 #[cfg(feature = "tpm")]
 #[test]
 fn a_tpm_vault_certificate_carries_the_tpms_attestation() {
-    if hw::skip_hw() {
+    let Some((_tpm, env)) = Env::on_swtpm() else {
         return;
-    }
-    let tpm = hw::Swtpm::start();
-    let address = format!("tpm:{}", tpm.location());
-    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
-    env.put("in-tpm-store", &[3u8; 4096]);
+    };
     let c = env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
     assert_eq!(items(&c), [("name".into(), "in-tpm-store".into(), 4096)]);
     assert_erasure(&c, "clear");
@@ -930,41 +928,19 @@ fn a_tpm_vault_certificate_carries_the_tpms_attestation() {
     assert_eq!(code, 0, "{out}");
 }
 
-/// The swtpm's NV state (its files), to put back later: a TPM rolled back.
-#[cfg(feature = "tpm")]
-fn tpm_state(tpm: &hw::Swtpm) -> Vec<(PathBuf, Vec<u8>)> {
-    std::fs::read_dir(tpm.state_dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect()
-}
-
 /// A TPM vault whose NV memory is put back to before the erasure (a
 /// simulator's state file restored): `verify --store` fails, and the TPM
 /// itself, asked to certify its slots again, says epoch N's record is back.
 #[cfg(feature = "tpm")]
 #[test]
 fn a_tpm_rolled_back_to_before_the_erasure_fails_verify_in_the_tpms_own_words() {
-    if hw::skip_hw() {
+    let Some((mut tpm, env)) = Env::on_swtpm() else {
         return;
-    }
-    let mut tpm = hw::Swtpm::start();
-    let address = format!("tpm:{}", tpm.location());
-    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
-    env.put("in-tpm-store", &[3u8; 4096]);
-    let saved = tpm_state(&tpm);
+    };
+    let saved = tpm.nv_files();
     env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
     assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
-    tpm.kill();
-    for (path, bytes) in &saved {
-        std::fs::write(path, bytes).unwrap();
-    }
-    tpm.restart();
+    tpm.roll_back(&saved);
     let (code, out) = env.verify("c.json", "a.pub", true);
     assert_eq!(code, 10, "{out}");
     assert!(
@@ -980,13 +956,9 @@ fn a_tpm_rolled_back_to_before_the_erasure_fails_verify_in_the_tpms_own_words() 
 fn a_tpm_attestation_edited_and_re_signed_with_the_organisations_key_fails() {
     use base64::Engine as _;
     use oubli::certificate::{sign::SigningKey, SignedCertificate, VaultAttestation};
-    if hw::skip_hw() {
+    let Some((_tpm, env)) = Env::on_swtpm() else {
         return;
-    }
-    let tpm = hw::Swtpm::start();
-    let address = format!("tpm:{}", tpm.location());
-    let env = Env::with_vault(tempfile::tempdir().unwrap(), address, Vec::new());
-    env.put("in-tpm-store", &[3u8; 4096]);
+    };
     env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
     let original =
         SignedCertificate::from_json(&std::fs::read_to_string(env.path("c.json")).unwrap())

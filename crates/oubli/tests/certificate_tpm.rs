@@ -3,13 +3,14 @@
 #![cfg(feature = "tpm")]
 
 #[path = "../../oubli-vault/tests/common/mod.rs"]
+#[macro_use]
 mod hw;
 
-use hw::Swtpm;
+use hw::{skip_hw, Swtpm};
 use oubli::certificate::attestation::{check, check_now, open_tpm, TpmEvidence};
 use oubli::certificate::{Certificate, VaultAttestation};
-use oubli::crates::crypto::{CryptoProvider, RingProvider, SecretBytes, SecretKey};
-use oubli::crates::vault::{KdfParams, TpmLocation, TpmOptions, TpmVault, Vault, VaultRecord};
+use oubli::crates::crypto::{CryptoProvider, RingProvider, SecretBytes};
+use oubli::crates::vault::{KdfParams, TpmOptions, TpmVault, Vault, VaultRecord};
 use std::sync::Arc;
 
 fn provider() -> Arc<dyn CryptoProvider> {
@@ -21,13 +22,7 @@ fn password() -> SecretBytes {
 }
 
 fn rec(epoch: u64) -> VaultRecord {
-    let mut key = [0x33u8; 32];
-    key[..8].copy_from_slice(&epoch.to_le_bytes());
-    VaultRecord {
-        store_id: [0x44; 16],
-        epoch,
-        key: SecretKey::from_bytes(key),
-    }
+    hw::record(0x33, 0x44, epoch)
 }
 
 fn address(tpm: &Swtpm) -> String {
@@ -36,7 +31,7 @@ fn address(tpm: &Swtpm) -> String {
 
 fn create(tpm: &Swtpm) -> TpmVault {
     TpmVault::create(
-        &TpmLocation::parse(&tpm.location()).unwrap(),
+        &tpm.tpm_location(),
         &password(),
         KdfParams::testing(),
         &rec(1),
@@ -90,15 +85,6 @@ fn certified(tpm: &Swtpm) -> (Certificate, [u8; 32]) {
     let mut c = certificate(&v);
     c.vault_attestation = Some(evidence.attest(&c).unwrap());
     (c, v.current_record_digest().unwrap())
-}
-
-macro_rules! hw {
-    () => {
-        if hw::skip_hw() {
-            eprintln!("OUBLI_SKIP_HW=1: skipped");
-            return;
-        }
-    };
 }
 
 #[test]
@@ -201,18 +187,10 @@ fn the_attestation_verifies_only_with_its_own_certificate() {
 fn a_tpm_rolled_back_to_epoch_n_fails_the_check_with_the_tpm() {
     hw!();
     let mut tpm = Swtpm::start();
-    let saved: Vec<(std::path::PathBuf, Vec<u8>)> = {
+    let saved = {
         // The simulator's NV state with epoch 1's record, taken right after create.
         let _v = create(&tpm);
-        std::fs::read_dir(tpm.state_dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_file())
-            .map(|p| {
-                let bytes = std::fs::read(&p).unwrap();
-                (p, bytes)
-            })
-            .collect()
+        tpm.nv_files()
     };
     let v = open_tpm(&address(&tpm), &password(), provider())
         .unwrap()
@@ -230,11 +208,7 @@ fn a_tpm_rolled_back_to_epoch_n_fails_the_check_with_the_tpm() {
     assert_eq!(check_now(&v, &c).unwrap(), Vec::<String>::new());
     drop(v);
 
-    tpm.kill();
-    for (path, bytes) in &saved {
-        std::fs::write(path, bytes).unwrap();
-    }
-    tpm.restart();
+    tpm.roll_back(&saved);
     let v = open_tpm(&address(&tpm), &password(), provider())
         .unwrap()
         .unwrap();

@@ -66,11 +66,7 @@ impl Env {
     }
 
     fn put(&self, name: &str, data: &[u8]) {
-        self.cmd()
-            .args(["put", name, "-"])
-            .write_stdin(data.to_vec())
-            .assert()
-            .success();
+        common::put(self.cmd(), name, data);
     }
 
     fn get_with(&self, vault: &str, password: &str, name: &str) -> (i32, Vec<u8>) {

@@ -17,6 +17,15 @@ pub fn skip_external() -> bool {
     std::env::var("OUBLI_SKIP_EXTERNAL").is_ok_and(|v| v == "1")
 }
 
+/// `oubli put NAME -` through `cmd` (an `oubli` command with its store and
+/// vault set), `data` on stdin; fails the test unless it succeeds.
+pub fn put(mut cmd: assert_cmd::Command, name: &str, data: &[u8]) {
+    cmd.args(["put", name, "-"])
+        .write_stdin(data.to_vec())
+        .assert()
+        .success();
+}
+
 /// Fails (or, with OUBLI_SKIP_EXTERNAL=1, returns false) when a prerequisite is missing.
 pub fn require(ok: bool, what: &str) -> bool {
     if ok {

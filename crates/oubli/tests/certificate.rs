@@ -167,6 +167,13 @@ impl Env {
         let (code, out, err) = self.run(&mut cmd);
         (code, out + &err)
     }
+
+    /// Fails the test unless `certificate verify FILE --store` passes with
+    /// organisation key A.
+    fn verifies(&self, file: &str) {
+        let (code, out) = self.verify(file, "a.pub", true);
+        assert_eq!(code, 0, "{file}: {out}");
+    }
 }
 
 /// The certificate's erased items as (kind, name, bytes).
@@ -221,7 +228,7 @@ fn rm_purge_certifies_the_name_it_erased_and_nothing_kept() {
     assert_erasure(&c, "clear");
     let statement = c["certificate"]["method"]["statement"].as_str().unwrap();
     assert!(statement.contains("NOT a Purge"), "{statement}");
-    assert_eq!(env.verify("rm.json", "a.pub", true).0, 0);
+    env.verifies("rm.json");
 }
 
 #[test]
@@ -255,7 +262,7 @@ fn rm_purge_all_snapshots_certifies_the_name_and_the_snapshots() {
     );
     assert!(!c.to_string().contains("\"other\""), "{c:#}");
     assert_erasure(&c, "clear");
-    assert_eq!(env.verify("all.json", "a.pub", true).0, 0);
+    env.verifies("all.json");
 }
 
 #[test]
@@ -281,7 +288,7 @@ fn hash_names_puts_salted_hashes_in_place_of_names() {
     let item = &c["certificate"]["erased"]["items"][0];
     assert_eq!(item["name"], sha256_hex(&salt, "patient-record-1234"));
     assert_eq!(item["from_snapshots"][0], sha256_hex(&salt, "s"));
-    assert_eq!(env.verify("hashed.json", "a.pub", true).0, 0);
+    env.verifies("hashed.json");
 }
 
 fn hex_decode(text: &str) -> Vec<u8> {
@@ -321,7 +328,7 @@ fn commit_certifies_every_deletion_since_the_last_commit() {
     assert!(totals["units"].as_u64().unwrap() >= 1, "{totals}");
     assert!(totals["sealed_bytes"].as_u64().unwrap() >= 3000, "{totals}");
     assert_erasure(&c, "clear");
-    assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+    env.verifies("commit.json");
 }
 
 #[test]
@@ -343,7 +350,7 @@ fn snapshot_rm_purge_certifies_the_snapshot() {
     // The last snapshot holding the data: its units go now.
     assert!(items(&c2)[0].2 >= 20_000, "{c2:#}");
     assert_erasure(&c2, "clear");
-    assert_eq!(env.verify("snap2.json", "a.pub", true).0, 0);
+    env.verifies("snap2.json");
     // A new snapshot under the old name is not the erased one coming back.
     env.ok(&["snapshot", "create", "kept-snap"]);
     let (code, out) = env.verify("snap2.json", "a.pub", true);
@@ -386,7 +393,7 @@ fn share_destroy_certifies_the_share_and_what_was_under_it() {
         statement.contains("share's own vault, of kind file"),
         "{statement}"
     );
-    assert_eq!(env.verify("share.json", "a.pub", true).0, 0);
+    env.verifies("share.json");
 }
 
 /// Every leaf of `v` (scalars, empty arrays and objects) with its path.
@@ -502,7 +509,7 @@ fn a_certificate_replayed_against_a_rolled_back_file_vault_fails() {
     env.ok(&["commit"]);
     let old_vault = std::fs::read(&env.vault).unwrap();
     env.certified(&["rm", "secret", "--purge"], "c.json");
-    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    env.verifies("c.json");
     // The old vault file copied back: epoch N's key is readable again.
     std::fs::write(&env.vault, old_vault).unwrap();
     let (code, out) = env.verify("c.json", "a.pub", true);
@@ -640,7 +647,7 @@ fn a_softhsm_vault_certificate_names_the_token_and_says_it_is_software() {
     assert!(statement.contains("software token"), "{statement}");
     // The PIN never reaches the certificate.
     assert!(!c.to_string().contains("pin-value"), "{c:#}");
-    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    env.verifies("c.json");
 }
 
 /// Runs `test` with a fresh store mounted (see [`Mounted`]), when FUSE is
@@ -760,8 +767,8 @@ fn commit_through_a_live_mount_certifies_its_deletions() {
         let c = env.certified(&["commit", m.at()], "again.json");
         assert_eq!(items(&c), [("path".into(), "kept".into(), 4)], "{c:#}");
         drop(m);
-        assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
-        assert_eq!(env.verify("again.json", "a.pub", true).0, 0);
+        env.verifies("commit.json");
+        env.verifies("again.json");
     });
 }
 
@@ -794,7 +801,7 @@ fn a_mount_certificate_lists_removed_files_a_snapshot_or_a_link_keeps_as_retaine
         assert!(!c.to_string().contains("untouched"), "{c:#}");
         assert!(!c.to_string().contains("other-name"), "{c:#}");
         drop(m);
-        assert_eq!(env.verify("commit.json", "a.pub", true).0, 0);
+        env.verifies("commit.json");
     });
 }
 
@@ -825,7 +832,7 @@ fn redact_purge_certifies_the_path_and_the_snapshots_it_left() {
         assert_erasure(&c, "clear");
         assert!(!alice.exists());
         drop(m);
-        assert_eq!(env.verify("redact.json", "a.pub", true).0, 0);
+        env.verifies("redact.json");
     });
 }
 
@@ -847,7 +854,7 @@ fn snapshot_rm_purge_through_a_live_mount_certifies_the_snapshot() {
         assert!(listed[0].2 >= 40_000, "{c:#}");
         assert_erasure(&c, "clear");
         drop(m);
-        assert_eq!(env.verify("snap.json", "a.pub", true).0, 0);
+        env.verifies("snap.json");
     });
 }
 
@@ -867,7 +874,7 @@ fn umount_certifies_the_mounts_final_commit() {
         assert!(!std::fs::read_to_string("/proc/self/mounts")
             .unwrap()
             .contains(m.at()));
-        assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+        env.verifies("umount.json");
     });
 }
 
@@ -896,7 +903,7 @@ fn umount_with_hash_names_lists_the_removed_paths_hashed() {
             )],
             "{c:#}"
         );
-        assert_eq!(env.verify("umount.json", "a.pub", true).0, 0);
+        env.verifies("umount.json");
     });
 }
 
@@ -939,7 +946,7 @@ fn a_tpm_rolled_back_to_before_the_erasure_fails_verify_in_the_tpms_own_words() 
     };
     let saved = tpm.nv_files();
     env.certified(&["rm", "in-tpm-store", "--purge"], "c.json");
-    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    env.verifies("c.json");
     tpm.roll_back(&saved);
     let (code, out) = env.verify("c.json", "a.pub", true);
     assert_eq!(code, 10, "{out}");
@@ -1025,7 +1032,7 @@ fn a_nand_store_certificate_names_the_chip_and_is_not_a_purge() {
     assert_erasure(&c, "clear");
     let statement = c["certificate"]["method"]["statement"].as_str().unwrap();
     assert!(statement.contains("simulated NAND"), "{statement}");
-    assert_eq!(env.verify("c.json", "a.pub", true).0, 0);
+    env.verifies("c.json");
 }
 
 /// `oubli commit --certificate` while `oubli serve` holds the store: the
@@ -1059,7 +1066,7 @@ fn commit_through_a_running_server_is_certified() {
     assert_eq!(cert["command"], "oubli commit");
     assert_eq!(cert["verification"]["outcome"], "pass", "{c:#}");
     assert!(cert["store"]["epoch_after"].as_u64() > cert["store"]["epoch_before"].as_u64());
-    assert_eq!(env.verify("served.json", "a.pub", true).0, 0);
+    env.verifies("served.json");
 }
 
 /// `--sign-key pkcs11:URI`: a certificate signed by an Ed25519 key made

@@ -41,6 +41,18 @@ fn create(tpm: &Swtpm) -> TpmVault {
     .unwrap()
 }
 
+/// The vault on `tpm`, opened as `certificate verify --store` opens it.
+fn opened(tpm: &Swtpm) -> TpmVault {
+    open_tpm(&address(tpm), &password(), provider())
+        .unwrap()
+        .unwrap()
+}
+
+/// Fails the test unless one of the TPM's `problems` contains `what`.
+fn assert_a_problem_says(problems: &[String], what: &str) {
+    assert!(problems.iter().any(|p| p.contains(what)), "{problems:?}");
+}
+
 /// A certificate of an erasure on the vault `v`, everything but the attestation.
 fn certificate(v: &TpmVault) -> Certificate {
     let info = v.info();
@@ -192,9 +204,7 @@ fn a_tpm_rolled_back_to_epoch_n_fails_the_check_with_the_tpm() {
         let _v = create(&tpm);
         tpm.nv_files()
     };
-    let v = open_tpm(&address(&tpm), &password(), provider())
-        .unwrap()
-        .unwrap();
+    let v = opened(&tpm);
     let evidence = TpmEvidence::before_commit(&address(&tpm), &password(), provider())
         .unwrap()
         .unwrap();
@@ -202,27 +212,18 @@ fn a_tpm_rolled_back_to_epoch_n_fails_the_check_with_the_tpm() {
     let mut c = certificate(&v);
     c.vault_attestation = Some(evidence.attest(&c).unwrap());
     drop((v, evidence));
-    let v = open_tpm(&address(&tpm), &password(), provider())
-        .unwrap()
-        .unwrap();
+    let v = opened(&tpm);
     assert_eq!(check_now(&v, &c).unwrap(), Vec::<String>::new());
     drop(v);
 
     tpm.roll_back(&saved);
-    let v = open_tpm(&address(&tpm), &password(), provider())
-        .unwrap()
-        .unwrap();
+    let v = opened(&tpm);
     assert_eq!(v.load().unwrap().epoch, 1);
     // The certificate alone still verifies (it says what was true then) ...
     check(&c).unwrap().unwrap();
     // ... the TPM now says epoch 1's record is back.
     let problems = check_now(&v, &c).unwrap();
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.contains("still holds the erased")),
-        "{problems:?}"
-    );
+    assert_a_problem_says(&problems, "still holds the erased");
 }
 
 #[test]
@@ -232,14 +233,7 @@ fn another_tpm_has_another_attestation_key() {
     let (c, _) = certified(&tpm);
     let other = Swtpm::start();
     let _v = create(&other);
-    let v = open_tpm(&address(&other), &password(), provider())
-        .unwrap()
-        .unwrap();
+    let v = opened(&other);
     let problems = check_now(&v, &c).unwrap();
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.contains("attestation key now is not")),
-        "{problems:?}"
-    );
+    assert_a_problem_says(&problems, "attestation key now is not");
 }

@@ -62,9 +62,24 @@ pub fn cut_at(
     let mut runner = Runner::default();
     let mut steps_run = 0;
     let mut cut = false;
+    // The state before the step the cut hit: a call durable when it returns
+    // (a snapshot taken, removed or redacted, a share created) first makes
+    // durable what was accepted before it, then its own change, so a cut
+    // between the two leaves this state (DESIGN §7, `apply_durably`).
+    let mut before = vec![runner.model.clone()];
     for step in &workload.steps {
         steps_run += 1;
+        before = vec![runner.model.clone()];
         if runner.step(&store, step).is_err() {
+            if let Step::Redact { .. } = step {
+                // A redaction deletes the object, then redacts the
+                // snapshots, whose call makes the delete durable first: a
+                // cut between the two leaves it gone from the live tree
+                // only.
+                let mut between = before[0].clone();
+                between.objects = runner.model.objects.clone();
+                before.push(between);
+            }
             cut = true;
             break;
         }
@@ -79,7 +94,7 @@ pub fn cut_at(
     verify_after_crash(
         &stack,
         &vault,
-        &runner,
+        (&runner, &before[..]),
         &options,
         (scheme, mode),
         seed ^ point.unwrap_or(0),
@@ -118,7 +133,7 @@ pub fn count_points_and_rewrites(
 fn verify_after_crash(
     stack: &Stack,
     vault: &Arc<RecordingVault>,
-    runner: &Runner,
+    (runner, before): (&Runner, &[crate::Model]),
     options: &Options,
     (scheme, mode): (u8, CutMode),
     seed: u64,
@@ -128,7 +143,7 @@ fn verify_after_crash(
         stack.inner(),
         (mode.tear, seed),
         vault.clone(),
-        runner,
+        (runner, before),
         options,
         &what,
     );
@@ -157,13 +172,15 @@ fn recorded_memory() -> Arc<RecordingMedium<MemMedium>> {
 /// Crashes the memory under `recording` (`tear` deciding what unsynced
 /// writes survive, `seed` where tears land), reopens the store on it with
 /// the runner's share opener, and checks the store holds the acknowledged
-/// state or the one in flight; `what` names the cut in the panics. Returns
-/// the store and the crashed medium (recorded, for the adversary).
+/// state, the one in flight or one of `before` (states between the step in
+/// flight's durable parts);
+/// `what` names the cut in the panics. Returns the store and the crashed
+/// medium (recorded, for the adversary).
 fn reopen_after_cut(
     recording: &RecordingMedium<MemMedium>,
     (tear, seed): (TearMode, u64),
     vault: Arc<dyn Vault>,
-    runner: &Runner,
+    (runner, before): (&Runner, &[crate::Model]),
     options: &Options,
     what: &str,
 ) -> (Store, Arc<RecordingMedium<MemMedium>>) {
@@ -171,9 +188,13 @@ fn reopen_after_cut(
     let store = Store::open(crashed.clone() as Arc<dyn Medium>, vault, options.clone())
         .unwrap_or_else(|e| panic!("store does not reopen after {what}: {e}"));
     store.set_share_opener(runner.share_opener());
-    if let (Some(acked), Some(in_flight)) = (runner.acked.diff(&store), runner.model.diff(&store)) {
+    if let (Some(acked), Some(in_flight), true) = (
+        runner.acked.diff(&store),
+        runner.model.diff(&store),
+        before.iter().all(|b| b.diff(&store).is_some()),
+    ) {
         panic!(
-            "after {what} the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight})"
+            "after {what} the store matches neither the acknowledged state ({acked}) nor the in-flight one ({in_flight}) nor one between the step in flight's durable parts"
         );
     }
     (store, crashed)
@@ -281,7 +302,7 @@ pub fn cut_rotation_at(
         &recording,
         (tear, seed),
         vault.clone(),
-        &runner,
+        (&runner, &[]),
         &options,
         &what,
     );
@@ -412,7 +433,7 @@ pub fn cut_share_destroy(
         &recording,
         (tear, seed),
         vault.clone(),
-        &runner,
+        (&runner, &[]),
         &options,
         &what,
     );

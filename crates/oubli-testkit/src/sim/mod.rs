@@ -360,6 +360,8 @@ struct Sim {
     /// engine may make any of them durable by itself (a buffer that fills,
     /// a large write), so a crash may land on any.
     since_ack: Vec<crate::Model>,
+    /// The acknowledged state `remember` last saw.
+    acked_seen: crate::Model,
     trace: Arc<Mutex<Trace>>,
     progress: Arc<AtomicU64>,
     faults: BTreeMap<&'static str, u64>,
@@ -455,6 +457,7 @@ impl Sim {
             next_own_write: OWN_WRITES,
             next_share: 0,
             since_ack: Vec::new(),
+            acked_seen: crate::Model::default(),
             trace,
             progress,
             faults: BTreeMap::new(),
@@ -1015,9 +1018,17 @@ impl Sim {
     }
 
     fn remember(&mut self) {
-        if self.runner.acked == self.runner.model {
+        // Only an acknowledgement (the acked state changed) ends the states
+        // a crash may land on: a model that merely equals a stale acked
+        // state (an object a scheduled flush made durable, then deleted)
+        // still has the states before it behind it (seed 70001794).
+        if self.runner.acked != self.acked_seen {
+            self.acked_seen = self.runner.acked.clone();
             self.since_ack.clear();
-        } else if self.since_ack.last() != Some(&self.runner.model) {
+        }
+        if self.runner.acked != self.runner.model
+            && self.since_ack.last() != Some(&self.runner.model)
+        {
             self.since_ack.push(self.runner.model.clone());
         }
     }

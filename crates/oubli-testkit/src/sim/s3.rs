@@ -386,6 +386,8 @@ struct S3Sim {
     next_pid: u32,
     runner: Runner,
     since_ack: Vec<crate::Model>,
+    /// The acknowledged state `remember` last saw.
+    acked_seen: crate::Model,
     /// Faults served since the last (re)open: what explains a failed step.
     unexplained_from: usize,
     trace: Arc<Mutex<Trace>>,
@@ -448,6 +450,7 @@ impl S3Sim {
             next_pid: 100,
             runner: Runner::default(),
             since_ack: Vec::new(),
+            acked_seen: crate::Model::default(),
             unexplained_from: 0,
             trace,
             progress,
@@ -596,9 +599,17 @@ impl S3Sim {
     }
 
     fn remember(&mut self) {
-        if self.runner.acked == self.runner.model {
+        // Only an acknowledgement (the acked state changed) ends the states
+        // a crash may land on: a model that merely equals a stale acked
+        // state (an object a scheduled flush made durable, then deleted)
+        // still has the states before it behind it (seed 70001794).
+        if self.runner.acked != self.acked_seen {
+            self.acked_seen = self.runner.acked.clone();
             self.since_ack.clear();
-        } else if self.since_ack.last() != Some(&self.runner.model) {
+        }
+        if self.runner.acked != self.runner.model
+            && self.since_ack.last() != Some(&self.runner.model)
+        {
             self.since_ack.push(self.runner.model.clone());
         }
     }

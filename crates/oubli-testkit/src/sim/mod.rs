@@ -1018,19 +1018,7 @@ impl Sim {
     }
 
     fn remember(&mut self) {
-        // Only an acknowledgement (the acked state changed) ends the states
-        // a crash may land on: a model that merely equals a stale acked
-        // state (an object a scheduled flush made durable, then deleted)
-        // still has the states before it behind it (seed 70001794).
-        if self.runner.acked != self.acked_seen {
-            self.acked_seen = self.runner.acked.clone();
-            self.since_ack.clear();
-        }
-        if self.runner.acked != self.runner.model
-            && self.since_ack.last() != Some(&self.runner.model)
-        {
-            self.since_ack.push(self.runner.model.clone());
-        }
+        remember_state(&self.runner, &mut self.since_ack, &mut self.acked_seen);
     }
 
     /// After a crash or a reopen: the store must hold the acknowledged
@@ -1062,28 +1050,7 @@ impl Sim {
                 .collect();
             model.destroyed.extend(doomed);
         }
-        let acked = match r.acked.diff(store) {
-            None => {
-                r.model = r.acked.clone();
-                self.since_ack.clear();
-                return Ok(());
-            }
-            Some(d) => d,
-        };
-        let found = self
-            .since_ack
-            .iter()
-            .chain([&r.model])
-            .find(|later| later.diff(store).is_none())
-            .cloned();
-        if let Some(later) = found {
-            r.acked = later.clone();
-            r.model = later;
-            self.since_ack.clear();
-            return Ok(());
-        }
-        let in_flight = r.model.diff(store).unwrap_or_default();
-        Err(format!("{what} the store matches neither the acknowledged state ({acked}) nor any state since, up to the in-flight one ({in_flight})"))
+        settle_on(r, &mut self.since_ack, store, what)
     }
 
     /// A share destruction the crash cut after its vault was wiped: the
@@ -1331,6 +1298,57 @@ fn vault_kind(f: VaultFault, share: bool) -> &'static str {
 }
 
 /// A medium that filled, as the engine reports it.
+/// Records the model after a step among the states a crash may land on
+/// (`since_ack`). Only an acknowledgement (the acked state changed) ends
+/// them: a model that merely equals a stale acknowledged state (an object a
+/// scheduled flush made durable, then deleted) still has the states before
+/// it behind it (seed 70001794).
+fn remember_state(
+    runner: &Runner,
+    since_ack: &mut Vec<crate::Model>,
+    acked_seen: &mut crate::Model,
+) {
+    if runner.acked != *acked_seen {
+        *acked_seen = runner.acked.clone();
+        since_ack.clear();
+    }
+    if runner.acked != runner.model && since_ack.last() != Some(&runner.model) {
+        since_ack.push(runner.model.clone());
+    }
+}
+
+/// After a crash or a reopen: the store must hold the acknowledged state or
+/// one reached since (in the order the steps ran); that one becomes the
+/// model and the acknowledged state.
+fn settle_on(
+    runner: &mut Runner,
+    since_ack: &mut Vec<crate::Model>,
+    store: &Store,
+    what: &str,
+) -> Result<(), String> {
+    let acked = match runner.acked.diff(store) {
+        None => {
+            runner.model = runner.acked.clone();
+            since_ack.clear();
+            return Ok(());
+        }
+        Some(d) => d,
+    };
+    let found = since_ack
+        .iter()
+        .chain([&runner.model])
+        .find(|later| later.diff(store).is_none())
+        .cloned();
+    if let Some(later) = found {
+        runner.acked = later.clone();
+        runner.model = later;
+        since_ack.clear();
+        return Ok(());
+    }
+    let in_flight = runner.model.diff(store).unwrap_or_default();
+    Err(format!("{what} the store matches neither the acknowledged state ({acked}) nor any state since, up to the in-flight one ({in_flight})"))
+}
+
 /// The engine's answer once an earlier write failed: reopen to recover.
 fn is_poisoned(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.to_string() == "store poisoned")

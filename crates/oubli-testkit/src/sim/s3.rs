@@ -599,19 +599,7 @@ impl S3Sim {
     }
 
     fn remember(&mut self) {
-        // Only an acknowledgement (the acked state changed) ends the states
-        // a crash may land on: a model that merely equals a stale acked
-        // state (an object a scheduled flush made durable, then deleted)
-        // still has the states before it behind it (seed 70001794).
-        if self.runner.acked != self.acked_seen {
-            self.acked_seen = self.runner.acked.clone();
-            self.since_ack.clear();
-        }
-        if self.runner.acked != self.runner.model
-            && self.since_ack.last() != Some(&self.runner.model)
-        {
-            self.since_ack.push(self.runner.model.clone());
-        }
+        super::remember_state(&self.runner, &mut self.since_ack, &mut self.acked_seen);
     }
 
     fn arm(&mut self, i: usize) {
@@ -752,29 +740,7 @@ impl S3Sim {
     /// The store must hold the acknowledged state or one reached since;
     /// that one becomes the model.
     fn settle(&mut self, store: &Store, what: &str) -> Result<(), String> {
-        let r = &mut self.runner;
-        let acked = match r.acked.diff(store) {
-            None => {
-                r.model = r.acked.clone();
-                self.since_ack.clear();
-                return Ok(());
-            }
-            Some(d) => d,
-        };
-        let found = self
-            .since_ack
-            .iter()
-            .chain([&r.model])
-            .find(|later| later.diff(store).is_none())
-            .cloned();
-        if let Some(later) = found {
-            r.acked = later.clone();
-            r.model = later;
-            self.since_ack.clear();
-            return Ok(());
-        }
-        let in_flight = r.model.diff(store).unwrap_or_default();
-        Err(format!("{what} the store matches neither the acknowledged state ({acked}) nor any state since, up to the in-flight one ({in_flight})"))
+        super::settle_on(&mut self.runner, &mut self.since_ack, store, what)
     }
 
     /// A second writer in another container of this machine (same host

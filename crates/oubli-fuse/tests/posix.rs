@@ -960,13 +960,12 @@ fn atime_options_dev_and_suid_reach_the_mount() {
         .unwrap();
 }
 
-/// On a store whose file system is nearly full, fallocate that could not be
-/// written later fails with ENOSPC at once, and statfs reports that file
-/// system's size. (Needs root to mount a 24 MiB tmpfs for the store.)
-#[test]
-fn fallocate_beyond_the_free_space_fails_with_enospc() {
+/// A mount of a fresh store on a 24 MiB tmpfs of its own, that file
+/// system's space reported by statfs; `None` (skipped, said why) without
+/// FUSE or without root to mount the tmpfs. The tmpfs goes with the guard.
+fn mounted_on_a_small_disk() -> Option<(tempfile::TempDir, impl Drop, Mounted)> {
     if !fuse_available() {
-        return;
+        return None;
     }
     let small = tempfile::tempdir().unwrap();
     let target = cpath(small.path());
@@ -989,7 +988,7 @@ fn fallocate_beyond_the_free_space_fails_with_enospc() {
             "skipped: mounting a tmpfs needs root ({})",
             std::io::Error::last_os_error()
         );
-        return;
+        return None;
     }
     struct Unmount(std::ffi::CString);
     impl Drop for Unmount {
@@ -998,13 +997,24 @@ fn fallocate_beyond_the_free_space_fails_with_enospc() {
             unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
         }
     }
-    let _unmount = Unmount(target);
+    let unmount = Unmount(target);
     let dir = small.path().join("store");
     let medium = oubli_media::DirMedium::create(&dir).unwrap();
     let store = store_on(std::sync::Arc::new(medium), store_options());
     let mut opts = default_options();
     opts.space_from = Some(dir);
-    let m = Mounted::new(store, opts);
+    // Dropped in reverse: the mount, then the tmpfs, then its directory.
+    Some((small, unmount, Mounted::new(store, opts)))
+}
+
+/// On a store whose file system is nearly full, fallocate that could not be
+/// written later fails with ENOSPC at once, and statfs reports that file
+/// system's size. (Needs root to mount a 24 MiB tmpfs for the store.)
+#[test]
+fn fallocate_beyond_the_free_space_fails_with_enospc() {
+    let Some((_small, _unmount, m)) = mounted_on_a_small_disk() else {
+        return;
+    };
     let f = File::create(m.path("big")).unwrap();
     let fallocate = |len: i64| {
         // SAFETY: FFI on an open descriptor.
@@ -1029,6 +1039,48 @@ fn fallocate_beyond_the_free_space_fails_with_enospc() {
         (20 << 20..=28 << 20).contains(&total),
         "statfs reports {total} bytes"
     );
+}
+
+/// Data the store has no room for is reported to the program that wrote
+/// it, at close(2) at the latest, for every file: the mount answers FLUSH
+/// with ENOSYS (no round trip per close after the first), and the kernel
+/// still writes a file's cached pages back at close and returns their
+/// error. Both files are bigger than the disk; each must fail (a write
+/// refused at once without the writeback cache, else the close), and a
+/// small file written after them is whole. (Needs root, as above.)
+#[test]
+fn every_close_reports_data_the_store_had_no_room_for() {
+    let Some((_small, _unmount, m)) = mounted_on_a_small_disk() else {
+        return;
+    };
+    use std::os::fd::IntoRawFd;
+    let chunk = vec![0x5au8; 1 << 20];
+    for name in ["first", "second"] {
+        let mut f = File::create(m.path(name)).unwrap();
+        let written = (0..40).try_for_each(|_| f.write_all(&chunk));
+        // SAFETY: FFI on a descriptor this test owns (taken from `f`).
+        let closed = check(unsafe { libc::close(f.into_raw_fd()) });
+        match (written, closed) {
+            (Err(e), _) => assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{name}: {e}"),
+            (Ok(()), Err(e)) => assert!(
+                matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EIO)),
+                "{name}: close failed with {e}"
+            ),
+            (Ok(()), Ok(_)) => {
+                panic!("{name}: 40 MiB on a 24 MiB disk, and close reported nothing")
+            }
+        }
+        // Its space comes back once the removal is committed. The purge's
+        // syncfs reports the failed writeback once more (the file system's
+        // error not yet seen by a syncfs), after its commit; the next is clean.
+        fs::remove_file(m.path(name)).unwrap();
+        if let Err(e) = m.session().purge() {
+            assert!(e.to_string().contains("writing back"), "{e}");
+            m.session().purge().unwrap();
+        }
+    }
+    fs::write(m.path("small"), b"fits").unwrap();
+    assert_eq!(fs::read(m.path("small")).unwrap(), b"fits");
 }
 
 /// `st_blocks` counts the 4 KiB blocks that hold data, not the size: a

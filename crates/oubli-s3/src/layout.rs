@@ -13,8 +13,9 @@
 //! Layout 3 adds the writer's generation ([`crate::lease`]): a run or pack
 //! written under generation `G > 0` ends in `-gG` (hexadecimal; names
 //! without it are generation 0), the gone list names the generation that
-//! wrote it, and `seal/G` (16 hex digits) holds each segment's end and the
-//! gone list as generation `G` found them when it took the lock.
+//! wrote it, and `seal/G` (16 hex digits) holds each segment's end, which
+//! generation wrote which of its bytes (v2), and the gone list, as
+//! generation `G` found them when it took the lock.
 
 use oubli_core::SegmentId;
 
@@ -86,24 +87,71 @@ pub fn parse_seal_name(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-const SEAL_MAGIC: &str = "oubli-s3 seal v1";
+/// Seals written before spans: segment ends only.
+const SEAL_MAGIC_V1: &str = "oubli-s3 seal v1";
+/// Seals with spans: which generation wrote which bytes of each segment.
+const SEAL_MAGIC: &str = "oubli-s3 seal v2";
 
-/// What a generation found when it took the lock: each segment's end, and
-/// the gone list.
+/// What a generation found when it took the lock: each segment's end, the
+/// gone list, and (v2) each segment's spans.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Seal {
     pub ends: std::collections::BTreeMap<SegmentId, u64>,
     pub gone: Vec<SegmentId>,
+    /// Per segment, `(generation, start, end)`: the bytes `[start, end)`
+    /// were read from objects of `generation` when the seal was written.
+    /// An older generation's object counts only inside a span of its own
+    /// generation: the end alone would let a taken-over holder's late
+    /// upload into a segment a later holder created under the same id (or
+    /// wrote further) count once a later seal's end covers it. `None`: a
+    /// v1 seal, which has ends only.
+    pub spans: Option<std::collections::BTreeMap<SegmentId, Vec<Span>>>,
 }
 
-/// A seal's body: a header line, then `end ID END` and `gone ID` lines (hexadecimal).
+/// `[start, end)` of a segment, read from objects of `generation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub generation: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Seal {
+    /// Whether an object of an older `generation` holding `[offset,
+    /// offset+len)` of segment `id` is one the sealing generation found:
+    /// inside a span of its own generation (v2), or ending within the
+    /// segment's sealed end (v1); or a piece of a segment already deleted
+    /// then (a dead piece a live pack still carries: it keeps its pack whole).
+    pub fn covers(&self, generation: u64, id: SegmentId, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
+        let inside = match &self.spans {
+            Some(spans) => spans.get(&id).is_some_and(|spans| {
+                spans
+                    .iter()
+                    .any(|s| s.generation == generation && s.start <= offset && end <= s.end)
+            }),
+            None => self.ends.get(&id).is_some_and(|&sealed| end <= sealed),
+        };
+        inside || (!self.ends.contains_key(&id) && self.gone.contains(&id))
+    }
+}
+
+/// A seal's body: a header line, then `end ID END`, `span ID GEN START END`
+/// and `gone ID` lines (hexadecimal).
 pub fn encode_seal(
     ends: impl IntoIterator<Item = (SegmentId, u64)>,
+    spans: impl IntoIterator<Item = (SegmentId, Span)>,
     gone: impl IntoIterator<Item = SegmentId>,
 ) -> Vec<u8> {
     let mut out = format!("{SEAL_MAGIC}\n");
     for (id, end) in ends {
         out.push_str(&format!("end {id:08x} {end:x}\n"));
+    }
+    for (id, s) in spans {
+        out.push_str(&format!(
+            "span {id:08x} {:x} {:x} {:x}\n",
+            s.generation, s.start, s.end
+        ));
     }
     for id in gone {
         out.push_str(&format!("gone {id:08x}\n"));
@@ -114,18 +162,30 @@ pub fn encode_seal(
 pub fn decode_seal(body: &[u8]) -> Option<Seal> {
     let text = std::str::from_utf8(body).ok()?;
     let mut lines = text.lines();
-    (lines.next()? == SEAL_MAGIC).then_some(())?;
     let mut seal = Seal::default();
+    match lines.next()? {
+        SEAL_MAGIC_V1 => {}
+        SEAL_MAGIC => seal.spans = Some(Default::default()),
+        _ => return None,
+    }
+    let hex = |f: &str| u64::from_str_radix(f, 16).ok();
     for line in lines {
-        let mut f = line.split(' ');
-        match (f.next()?, f.next(), f.next(), f.next()) {
-            ("end", Some(id), Some(end), None) => {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[..] {
+            ["end", id, end] => {
                 let id = SegmentId::from_str_radix(id, 16).ok()?;
-                seal.ends.insert(id, u64::from_str_radix(end, 16).ok()?);
+                seal.ends.insert(id, hex(end)?);
             }
-            ("gone", Some(id), None, None) => {
-                seal.gone.push(SegmentId::from_str_radix(id, 16).ok()?)
+            ["span", id, generation, start, end] => {
+                let id = SegmentId::from_str_radix(id, 16).ok()?;
+                let span = Span {
+                    generation: hex(generation)?,
+                    start: hex(start)?,
+                    end: hex(end)?,
+                };
+                seal.spans.as_mut()?.entry(id).or_default().push(span);
             }
+            ["gone", id] => seal.gone.push(SegmentId::from_str_radix(id, 16).ok()?),
             _ => return None,
         }
     }
@@ -342,13 +402,36 @@ mod tests {
 
     #[test]
     fn seals_read_back() {
-        let body = encode_seal([(1, 0x40), (0xffff_ffff, 0)], [7]);
+        let span = |generation, start, end| Span {
+            generation,
+            start,
+            end,
+        };
+        let body = encode_seal(
+            [(1, 0x40), (0xffff_ffff, 0)],
+            [(1, span(2, 0, 0x10)), (1, span(3, 0x10, 0x40))],
+            [7],
+        );
         let seal = decode_seal(&body).unwrap();
         assert_eq!(
-            seal.ends.into_iter().collect::<Vec<_>>(),
+            seal.ends.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>(),
             vec![(1, 0x40), (0xffff_ffff, 0)]
         );
         assert_eq!(seal.gone, vec![7]);
+        assert_eq!(
+            seal.spans.as_ref().unwrap()[&1],
+            vec![span(2, 0, 0x10), span(3, 0x10, 0x40)]
+        );
+        // Inside a span of its own generation only.
+        assert!(seal.covers(2, 1, 0, 0x10) && seal.covers(3, 1, 0x20, 0x20));
+        assert!(!seal.covers(2, 1, 0x10, 8), "generation 2 past its span");
+        assert!(!seal.covers(1, 1, 0, 8), "a generation with no span");
+        assert!(seal.covers(1, 7, 0, 8), "a piece of a gone segment");
+        // A v1 seal: the segment's end alone decides.
+        let v1 = decode_seal(b"oubli-s3 seal v1\nend 1 40\n").unwrap();
+        assert_eq!(v1.spans, None);
+        assert!(v1.covers(1, 1, 0, 0x40) && !v1.covers(1, 1, 0x20, 0x21));
+        assert_eq!(decode_seal(b"oubli-s3 seal v1\nspan 1 2 0 10\n"), None);
         assert_eq!(decode_seal(b"oubli-s3 seal v1\nend 1\n"), None);
         assert_eq!(parse_seal_name(&seal_name(0x2a)), Some(0x2a));
         assert_eq!(parse_seal_name("seal/2a"), None);

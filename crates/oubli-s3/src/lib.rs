@@ -416,6 +416,17 @@ impl S3Medium {
         })
     }
 
+    /// The generation a run or pack object was written under, by its name
+    /// (0: unnamed, as layouts before 3 wrote them).
+    fn generation_of(&self, object: &ObjectPath) -> u64 {
+        match self.relative(object).map(layout::parse) {
+            Some(layout::Object::Run { generation, .. } | layout::Object::Pack(_, generation)) => {
+                generation
+            }
+            _ => 0,
+        }
+    }
+
     fn head_key(&self) -> ObjectPath {
         self.key("superblocks")
     }

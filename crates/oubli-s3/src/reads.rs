@@ -69,10 +69,11 @@ impl S3Medium {
     /// `head`'s generation, and rebuilds each segment's runs.
     ///
     /// Which objects count: those of `head`'s generation, and those of an
-    /// older one that lie within the seal (its segment there, ending at or
-    /// before the segment's sealed end); an older generation's object past
-    /// the seal is a taken-over holder's late upload and is ignored (and
-    /// deleted by a writer's tidying). Of those, from byte 0, each next run
+    /// older one that lie within the seal (inside a span of bytes the seal
+    /// says their generation wrote; a v1 seal: ending at or before the
+    /// segment's sealed end); any other older generation's object is a
+    /// taken-over holder's late upload, whenever it landed, and is ignored
+    /// (and deleted by a writer's tidying). Of those, from byte 0, each next run
     /// is the piece that reaches furthest among those covering the
     /// segment's end so far (a PUT whose answer was lost and that was
     /// retried with more bytes left two objects starting at the same
@@ -137,18 +138,14 @@ impl S3Medium {
             (None, None) => Vec::new(),
         };
         // Whether an object of `generation` holding `[offset, offset+len)`
-        // of segment `id` counts: a piece of an older generation within the
-        // sealed end of its segment, or of a segment already deleted then (a
-        // dead piece a live pack still carries: it keeps its pack whole).
+        // of segment `id` counts: one of the superblocks' generation, or of
+        // an older one that the seal covers (`Seal::covers`).
         let counts = |generation: u64, id: SegmentId, offset: u64, len: u64| {
-            if generation == current {
-                return true;
-            }
-            generation < current
-                && seal.as_ref().is_some_and(|s| {
-                    s.ends.get(&id).is_some_and(|&end| offset + len <= end)
-                        || (!s.ends.contains_key(&id) && s.gone.contains(&id))
-                })
+            generation == current
+                || generation < current
+                    && seal
+                        .as_ref()
+                        .is_some_and(|s| s.covers(generation, id, offset, len))
         };
         // Per segment: (offset, length, object, base) of every piece listed.
         let mut pieces: BTreeMap<SegmentId, Vec<(u64, u64, ObjectPath, u64)>> = BTreeMap::new();

@@ -274,14 +274,36 @@ impl S3Medium {
         }
     }
 
-    /// Writes the seal of `generation`: each segment's end and the gone
-    /// list as this writer found them under the lock. Loads trust objects
-    /// of older generations only within it.
+    /// Writes the seal of `generation`: each segment's end, the spans of
+    /// its bytes each generation wrote (from the runs just loaded) and the
+    /// gone list, as this writer found them under the lock. Loads trust
+    /// objects of older generations only within it.
     pub(crate) fn write_seal(&self, generation: u64) -> io::Result<()> {
         let body = {
             let state = self.lock();
             let ends = state.segments.iter().map(|(&id, s)| (id, s.len()));
-            layout::encode_seal(ends, state.gone.iter().copied())
+            let mut spans: Vec<(SegmentId, layout::Span)> = Vec::new();
+            for (&id, seg) in &state.segments {
+                for (&at, run) in &seg.runs {
+                    let written_by = self.generation_of(&run.object);
+                    match spans.last_mut() {
+                        Some((last, s))
+                            if *last == id && s.generation == written_by && s.end == at =>
+                        {
+                            s.end = at + run.len
+                        }
+                        _ => spans.push((
+                            id,
+                            layout::Span {
+                                generation: written_by,
+                                start: at,
+                                end: at + run.len,
+                            },
+                        )),
+                    }
+                }
+            }
+            layout::encode_seal(ends, spans, state.gone.iter().copied())
         };
         let key = self.key(&layout::seal_name(generation));
         self.runtime

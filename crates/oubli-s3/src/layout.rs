@@ -120,19 +120,28 @@ impl Seal {
     /// Whether an object of an older `generation` holding `[offset,
     /// offset+len)` of segment `id` is one the sealing generation found:
     /// inside a span of its own generation (v2), or ending within the
-    /// segment's sealed end (v1); or a piece of a segment already deleted
-    /// then (a dead piece a live pack still carries: it keeps its pack whole).
+    /// segment's sealed end (v1).
     pub fn covers(&self, generation: u64, id: SegmentId, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len);
-        let inside = match &self.spans {
+        match &self.spans {
             Some(spans) => spans.get(&id).is_some_and(|spans| {
                 spans
                     .iter()
                     .any(|s| s.generation == generation && s.start <= offset && end <= s.end)
             }),
             None => self.ends.get(&id).is_some_and(|&sealed| end <= sealed),
-        };
-        inside || (!self.ends.contains_key(&id) && self.gone.contains(&id))
+        }
+    }
+
+    /// Whether segment `id` was deleted when the seal was written (on its
+    /// gone list, not among its segments). An older generation's piece of
+    /// it is dead, whatever any later gone list says: it keeps a pack
+    /// whole (a live pack may still carry it), never the segment; the
+    /// engine never creates that id again. (Counting such pieces let a
+    /// taken-over holder's late upload into the segment bring it back
+    /// once the pack went and the gone list no longer named it.)
+    pub fn gone_then(&self, id: SegmentId) -> bool {
+        !self.ends.contains_key(&id) && self.gone.contains(&id)
     }
 }
 
@@ -426,7 +435,11 @@ mod tests {
         assert!(seal.covers(2, 1, 0, 0x10) && seal.covers(3, 1, 0x20, 0x20));
         assert!(!seal.covers(2, 1, 0x10, 8), "generation 2 past its span");
         assert!(!seal.covers(1, 1, 0, 8), "a generation with no span");
-        assert!(seal.covers(1, 7, 0, 8), "a piece of a gone segment");
+        assert!(
+            !seal.covers(1, 7, 0, 8) && seal.gone_then(7),
+            "a gone segment"
+        );
+        assert!(!seal.gone_then(1), "a live segment");
         // A v1 seal: the segment's end alone decides.
         let v1 = decode_seal(b"oubli-s3 seal v1\nend 1 40\n").unwrap();
         assert_eq!(v1.spans, None);

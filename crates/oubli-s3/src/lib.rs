@@ -125,6 +125,9 @@ struct State {
     pack_refs: HashMap<SegmentId, BTreeSet<Arc<str>>>,
     /// Deleted segments a pack still holds a piece of: the gone list.
     gone: BTreeSet<SegmentId>,
+    /// The gone list object's ETag as this process last read or wrote it
+    /// (`None`: none, or unknown): its next write is conditional on it.
+    gone_etag: Option<String>,
     /// The superblocks object is known to announce layout 2 or later (or
     /// not to exist yet): packs may be written.
     layout_2: bool,

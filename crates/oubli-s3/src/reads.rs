@@ -54,11 +54,17 @@ impl S3Medium {
         }
     }
 
-    /// Reads an object; `None` when there is none.
-    fn get_optional(&self, key: &ObjectPath) -> Result<Option<bytes::Bytes>, object_store::Error> {
+    /// Reads an object and its ETag; `None` when there is none.
+    pub(crate) fn get_optional(
+        &self,
+        key: &ObjectPath,
+    ) -> Result<Option<(bytes::Bytes, Option<String>)>, object_store::Error> {
         self.runtime.block_on(async {
             match self.store.get(key).await {
-                Ok(r) => Ok(Some(r.bytes().await?)),
+                Ok(r) => {
+                    let etag = r.meta.e_tag.clone();
+                    Ok(Some((r.bytes().await?, etag)))
+                }
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
             }
@@ -106,7 +112,8 @@ impl S3Medium {
         let gone_body = self
             .get_optional(&self.key(layout::GONE))
             .map_err(|e| self.error("reading the list of deleted segments", e))?;
-        let gone_object = match gone_body {
+        let gone_etag = gone_body.as_ref().and_then(|(_, etag)| etag.clone());
+        let gone_object = match gone_body.map(|(body, _)| body) {
             None => None,
             Some(body) => Some(
                 layout::decode_gone(&body)
@@ -120,6 +127,7 @@ impl S3Medium {
             let body = self
                 .get_optional(&self.key(&layout::seal_name(current)))
                 .map_err(|e| self.error("reading the seal of the store's generation", e))?
+                .map(|(body, _)| body)
                 .ok_or_else(|| {
                     io::Error::new(
                         io::ErrorKind::NotFound,
@@ -147,12 +155,19 @@ impl S3Medium {
                         .as_ref()
                         .is_some_and(|s| s.covers(generation, id, offset, len))
         };
+        // Whether an older generation's piece of segment `id` is dead: the
+        // segment was deleted before the seal (`Seal::gone_then`). It keeps
+        // its pack whole, and never counts for the segment.
+        let dead = |generation: u64, id: SegmentId| {
+            generation < current && seal.as_ref().is_some_and(|s| s.gone_then(id))
+        };
         // Per segment: (offset, length, object, base) of every piece listed.
         let mut pieces: BTreeMap<SegmentId, Vec<(u64, u64, ObjectPath, u64)>> = BTreeMap::new();
         let mut own: BTreeMap<SegmentId, BTreeSet<ObjectPath>> = BTreeMap::new();
         let mut state = self.lock();
         let state = &mut *state;
         state.gone = gone.into_iter().collect();
+        state.gone_etag = gone_etag;
         for meta in seals.iter() {
             let older = self
                 .relative(&meta.location)
@@ -192,10 +207,10 @@ impl S3Medium {
                         continue;
                     }
                     // A pack is one PUT: it counts whole or not at all.
-                    if !listed
-                        .iter()
-                        .all(|p| counts(generation, p.id, p.offset, p.len))
-                    {
+                    let whole = listed.iter().all(|p| {
+                        counts(generation, p.id, p.offset, p.len) || dead(generation, p.id)
+                    });
+                    if !whole {
                         if generation < current {
                             state.stale.push(meta.location.clone());
                         }
@@ -203,8 +218,10 @@ impl S3Medium {
                     }
                     let mut base = 0;
                     for p in &listed {
-                        let at = (p.offset, p.len, meta.location.clone(), base);
-                        pieces.entry(p.id).or_default().push(at);
+                        if counts(generation, p.id, p.offset, p.len) {
+                            let at = (p.offset, p.len, meta.location.clone(), base);
+                            pieces.entry(p.id).or_default().push(at);
+                        }
                         base += p.len;
                     }
                     state.add_pack(name.into(), listed);

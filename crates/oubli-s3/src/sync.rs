@@ -367,16 +367,69 @@ impl S3Medium {
 
     /// Replaces the gone list (one PUT; the writer alone writes it, stamped
     /// with its generation: a load trusts only the current generation's
-    /// list, the seal's otherwise).
+    /// list, the seal's otherwise). Conditional on the version this process
+    /// last read or wrote: a taken-over holder's late write would otherwise
+    /// replace the list of the holder that took over, and the deletions
+    /// that holder made after its seal would come back at the next open
+    /// (the seal's list counting instead). A version written since by an
+    /// older generation (such a late write, ignored by every load since)
+    /// or by this one (an attempt whose answer was lost) is replaced; one
+    /// by a later generation means this writer was taken over: `WouldBlock`.
     fn write_gone(&self, ids: BTreeSet<SegmentId>) -> io::Result<()> {
         let key = self.key(layout::GONE);
         let generation = self.lock().generation;
         let body = Bytes::from(layout::encode_gone(ids.iter().copied(), generation));
-        self.runtime
-            .block_on(self.put(&key, body, PutMode::Overwrite))
-            .map_err(|e| self.error("writing the list of deleted segments", e))?;
-        self.lock().gone = ids;
-        Ok(())
+        let what = "writing the list of deleted segments";
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mode = match self.lock().gone_etag.clone() {
+                None => PutMode::Create,
+                Some(e_tag) => PutMode::Update(UpdateVersion {
+                    e_tag: Some(e_tag),
+                    version: None,
+                }),
+            };
+            match self.runtime.block_on(self.put(&key, body.clone(), mode)) {
+                Ok(etag) => {
+                    let mut state = self.lock();
+                    state.gone_etag = etag;
+                    state.gone = ids;
+                    return Ok(());
+                }
+                Err(
+                    e @ (object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. }
+                    | object_store::Error::NotFound { .. }),
+                ) if attempts < 4 => {
+                    let now = self.get_optional(&key).map_err(|e| self.error(what, e))?;
+                    // `None`: deleted since (created again).
+                    let written_by = match &now {
+                        None => None,
+                        Some((b, _)) => Some(layout::gone_generation(b).ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "{}: the list of deleted segments is malformed",
+                                    self.location
+                                ),
+                            )
+                        })?),
+                    };
+                    if written_by.is_some_and(|g| g > generation) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WouldBlock,
+                            format!(
+                                "{}: the list of deleted segments was written by a later holder of the store's lock: this process was taken over ({e})",
+                                self.location
+                            ),
+                        ));
+                    }
+                    self.lock().gone_etag = now.and_then(|(_, etag)| etag);
+                }
+                Err(e) => return Err(self.error(what, e)),
+            }
+        }
     }
 
     /// Drops from the gone list the segments no pack holds a piece of any

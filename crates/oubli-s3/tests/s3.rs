@@ -995,3 +995,80 @@ fn a_late_upload_into_a_segment_a_later_holder_created_never_counts() {
     fresh.read(5, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"BBBBbbbbbbbbbbbbbbbb");
 }
+
+/// A taken-over holder's late deletion writes the gone list late: it
+/// must not replace the list of the holder that took over (that one's
+/// deletions would come back at the next open, where the seal's older list
+/// counts instead of a list stamped with an older generation).
+#[test]
+fn a_late_gone_list_never_replaces_a_later_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("late-gone", true, "");
+    let open = || S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    let a = open();
+    a.append(1, 0, b"one").unwrap();
+    a.append(2, 0, b"two").unwrap();
+    a.sync().unwrap();
+    a.append(3, 0, b"three").unwrap();
+    a.append(4, 0, b"four").unwrap();
+    a.sync().unwrap();
+    // B takes over while A is paused and deletes segment 2 (its pack still
+    // carries segment 1: the gone list names 2).
+    put_raw(&srv, &at, "lock", b"oubli-s3-lock v1\nreleased\ngen 1\n");
+    let b = open();
+    b.delete_segment(2).unwrap();
+    // A's deletion of segment 3 (its pack carries 4), made before it was
+    // paused, reaches the server now.
+    let late = a.delete_segment(3);
+    drop(b);
+    let fresh = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(fresh.list_segments().unwrap(), vec![1, 3, 4]);
+    let gone = raw_get(&srv, &at, "gone");
+    assert_eq!(oubli_s3::layout::gone_generation(&gone), Some(2));
+    assert_eq!(oubli_s3::layout::decode_gone(&gone), Some(vec![2]));
+    let e = late.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+}
+
+/// A taken-over holder's late upload into a segment that was deleted
+/// before a later seal (on that seal's gone list) never brings the segment
+/// back, also once the gone list no longer names it (the pack that kept
+/// it there is gone).
+#[test]
+fn a_late_upload_into_a_segment_deleted_before_the_seal_never_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("late-into-gone", true, "");
+    let open = || S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    let a = open();
+    a.append(1, 0, b"one").unwrap();
+    a.append(2, 0, b"two").unwrap();
+    a.sync().unwrap();
+    // B takes over while A is paused and deletes segment 2: the pack stays
+    // (it carries 1), and the gone list names 2.
+    put_raw(&srv, &at, "lock", b"oubli-s3-lock v1\nreleased\ngen 1\n");
+    let b = open();
+    b.delete_segment(2).unwrap();
+    drop(b);
+    // C seals segment 2 as gone, then deletes 1: the pack goes, and the
+    // gone list empties.
+    let c = open();
+    c.delete_segment(1).unwrap();
+    let gone = raw_get(&srv, &at, "gone");
+    assert_eq!(oubli_s3::layout::decode_gone(&gone), Some(vec![]));
+    drop(c);
+    // A's upload into segment 2 lands now.
+    a.append(2, 3, b" late").unwrap();
+    assert!(a.sync().is_err());
+    let late = oubli_s3::layout::run_name(2, 3, 1);
+    assert!(list_raw(&srv, &at).contains(&late));
+    let d = open();
+    assert_eq!(d.list_segments().unwrap(), Vec::<u32>::new());
+    drop((a, d));
+    assert!(!list_raw(&srv, &at).contains(&late));
+}

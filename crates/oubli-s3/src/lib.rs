@@ -526,8 +526,17 @@ impl Medium for S3Medium {
         Ok(self.lock().segments.keys().copied().collect())
     }
 
+    /// Only once the lock is shown still ours: a holder taken over
+    /// deletes nothing. (The engine deletes after a commit reached the
+    /// vault, which the lease does not fence: a holder paused between its
+    /// acknowledged superblock write and the vault's rotation may resume
+    /// after a taker opened at the vault's older epoch, whose tree still
+    /// names the segments that commit dooms. A pause between this check
+    /// and the deletion itself remains: S3 has no delete conditional on
+    /// another object.)
     fn delete_segment(&self, id: SegmentId) -> io::Result<()> {
         self.check_lock()?;
+        self.confirm_lock()?;
         self.delete_segment_objects(id)
     }
 

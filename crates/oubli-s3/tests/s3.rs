@@ -1072,3 +1072,40 @@ fn a_late_upload_into_a_segment_deleted_before_the_seal_never_brings_it_back() {
     drop((a, d));
     assert!(!list_raw(&srv, &at).contains(&late));
 }
+
+/// A holder taken over deletes nothing: its deletion asks the server
+/// whether the lock is still its own first. (The engine deletes segments
+/// only after a commit reached the vault; a holder paused between its
+/// acknowledged superblock write and the vault's rotation resumes after
+/// the taker opened at the vault's older epoch, whose tree still names the
+/// segments that commit dooms.)
+#[test]
+fn a_writer_taken_over_deletes_nothing_the_taker_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(srv) = server(dir.path()) else {
+        return;
+    };
+    let at = srv.bucket("late-delete", true, "");
+    let open = || S3Medium::open_writer_with(&at, &srv.config(), oubli_s3::LEASE).unwrap();
+    let a = open();
+    a.append(1, 0, b"still needed").unwrap();
+    a.sync().unwrap();
+    a.append(2, 0, b"two").unwrap();
+    a.append(3, 0, b"three").unwrap();
+    a.sync().unwrap();
+    a.write_superblock(Slot::A, b"epoch 1").unwrap();
+    put_raw(&srv, &at, "lock", b"oubli-s3-lock v1\nreleased\ngen 1\n");
+    let b = open();
+    // A's renewal is 10 s away: only the server can tell it.
+    let late = [a.delete_segment(1), a.delete_segment(3)];
+    let mut buf = [0u8; 12];
+    b.read(1, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"still needed");
+    drop(b);
+    let fresh = S3Medium::open_with(&at, &srv.config()).unwrap();
+    assert_eq!(fresh.list_segments().unwrap(), vec![1, 2, 3]);
+    for e in late {
+        let e = e.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+    }
+}

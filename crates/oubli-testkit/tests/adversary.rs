@@ -455,20 +455,10 @@ fn puts_per_flush_on_s3() {
 /// object ended one byte short of it).
 #[test]
 fn a_live_block_whose_zero_tail_a_punch_cut_off_opens() {
-    // A write id whose block 0 ends in a zero byte (about 1 in 256).
-    let write = (1u64..)
-        .find(|&w| oubli_testkit::marker::data(w, 32)[31] == 0)
-        .expect("a write id");
+    let write = zero_ending_write();
     let data = oubli_testkit::marker::data(write, 64);
     for scheme in harness::SCHEMES {
-        let options = harness::options(7);
-        let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
-            harness::TEST_SEGMENT,
-        )));
-        let (store, vault) =
-            harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
-        let oid = store.create_object(b"").unwrap();
-        store.write(oid, 0, &data).unwrap();
+        let (recording, store, vault, options, oid) = recorded_store_with(scheme, &data);
         // From the block's last (zero) byte to the object's end.
         store.punch_hole(oid, 31, 33).unwrap();
         store.commit().unwrap();
@@ -513,19 +503,10 @@ fn a_live_block_whose_zero_tail_a_punch_cut_off_opens() {
 /// reassembly, padded with zeros, opened it).
 #[test]
 fn a_block_whose_zero_last_byte_a_truncate_cut_off_is_not_erased() {
-    let write = (1u64..)
-        .find(|&w| oubli_testkit::marker::data(w, 32)[31] == 0)
-        .expect("a write id");
+    let write = zero_ending_write();
     let data = oubli_testkit::marker::data(write, 32);
     for scheme in harness::SCHEMES {
-        let options = harness::options(7);
-        let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
-            harness::TEST_SEGMENT,
-        )));
-        let (store, vault) =
-            harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
-        let oid = store.create_object(b"").unwrap();
-        store.write(oid, 0, &data).unwrap();
+        let (recording, store, vault, options, oid) = recorded_store_with(scheme, &data);
         store.commit().unwrap();
         store.truncate(oid, 31).unwrap();
         store.commit().unwrap();
@@ -548,4 +529,33 @@ fn a_block_whose_zero_last_byte_a_truncate_cut_off_is_not_erased() {
             );
         }
     }
+}
+
+/// A write id whose block 0 ends in a zero byte (about 1 in 256).
+fn zero_ending_write() -> u64 {
+    (1u64..)
+        .find(|&w| oubli_testkit::marker::data(w, 32)[31] == 0)
+        .expect("a write id")
+}
+
+/// A store on recorded memory under `scheme`, holding `data` in a new object.
+fn recorded_store_with(
+    scheme: u8,
+    data: &[u8],
+) -> (
+    Arc<RecordingMedium<MemMedium>>,
+    oubli_core::Store,
+    Arc<oubli_testkit::vault::RecordingVault>,
+    oubli_core::Options,
+    u64,
+) {
+    let options = harness::options(7);
+    let recording = Arc::new(RecordingMedium::new(MemMedium::with_segment_capacity(
+        harness::TEST_SEGMENT,
+    )));
+    let (store, vault) =
+        harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
+    let oid = store.create_object(b"").unwrap();
+    store.write(oid, 0, data).unwrap();
+    (recording, store, vault, options, oid)
 }

@@ -350,7 +350,7 @@ pub struct Redacted {
 
 /// The names removed through the mount since the last commit
 /// ([`Handle::removals`]): what the next commit erases, by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Removals {
     /// Each removal, oldest first (at most 100,000).
     pub paths: Vec<RemovedPath>,
@@ -359,7 +359,7 @@ pub struct Removals {
 }
 
 /// One name removed through the mount (unlink, rmdir, or a rename over it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RemovedPath {
     /// From the mount's root, without a leading `/`; `.../NAME` where the
     /// directory's place is not known any more.

@@ -52,63 +52,46 @@ pub struct Measure {
 }
 
 /// The names a mount removed since its last commit (`certify-measure`).
-#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
-pub struct RemovedNames {
-    /// Oldest first, at most 100,000.
-    pub paths: Vec<RemovedName>,
-    /// Removals past those listed.
-    pub more: u64,
-}
+/// The names a mount removed since its last commit, oldest first (at
+/// most 100,000), each with the object it named and what still holds that
+/// object's data: the mount's own record, as the control socket carries it.
+pub use oubli_fuse::Removals as RemovedNames;
 
-/// One name a mount removed: its path from the mount's root and the
-/// object it named, and what still holds that object's data.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct RemovedName {
-    pub path: String,
-    pub object_id: u64,
-    pub bytes: u64,
-    /// The object has another name.
-    pub still_linked: bool,
-    /// The object is open, unnamed: its data goes at the last close.
-    pub still_open: bool,
-    /// Snapshots holding the object.
-    pub snapshots: Vec<String>,
-}
-
-impl RemovedNames {
-    /// The removals as certificate items: erased when nothing holds the
-    /// object any more, otherwise retained with what keeps it. `name`
-    /// writes a name as the certificate does (`--hash-names`).
-    pub fn items(&self, name: impl Fn(&str) -> String) -> (Vec<ErasedItem>, Vec<RetainedItem>) {
-        let mut items = Vec::new();
-        let mut retained = Vec::new();
-        for r in &self.paths {
-            let mut kept_in: Vec<String> = r.snapshots.iter().map(|s| name(s)).collect();
-            if r.still_linked {
-                kept_in.push("another name".into());
-            }
-            if r.still_open {
-                kept_in.push("an open file, until its last close".into());
-            }
-            if kept_in.is_empty() {
-                items.push(ErasedItem {
-                    kind: ItemKind::Path,
-                    name: name(&r.path),
-                    object_ids: vec![r.object_id],
-                    bytes: r.bytes,
-                    from_snapshots: Vec::new(),
-                });
-            } else {
-                retained.push(RetainedItem {
-                    kind: ItemKind::Path,
-                    name: name(&r.path),
-                    object_ids: vec![r.object_id],
-                    kept_in,
-                });
-            }
+/// A mount's removals as certificate items: erased when nothing holds the
+/// object any more, otherwise retained with what keeps it. `name` writes a
+/// name as the certificate does (`--hash-names`).
+pub fn removal_items(
+    removed: &RemovedNames,
+    name: impl Fn(&str) -> String,
+) -> (Vec<ErasedItem>, Vec<RetainedItem>) {
+    let mut items = Vec::new();
+    let mut retained = Vec::new();
+    for r in &removed.paths {
+        let mut kept_in: Vec<String> = r.snapshots.iter().map(|s| name(s)).collect();
+        if r.still_linked {
+            kept_in.push("another name".into());
         }
-        (items, retained)
+        if r.still_open {
+            kept_in.push("an open file, until its last close".into());
+        }
+        if kept_in.is_empty() {
+            items.push(ErasedItem {
+                kind: ItemKind::Path,
+                name: name(&r.path),
+                object_ids: vec![r.object_id],
+                bytes: r.bytes,
+                from_snapshots: Vec::new(),
+            });
+        } else {
+            retained.push(RetainedItem {
+                kind: ItemKind::Path,
+                name: name(&r.path),
+                object_ids: vec![r.object_id],
+                kept_in,
+            });
+        }
     }
+    (items, retained)
 }
 
 /// Measures `store` now. Runs the audit: reads every unit the medium and

@@ -100,7 +100,7 @@ impl Request {
         let Some(removed) = &before.removed else {
             return;
         };
-        let (erased, kept) = removed.items(|n| self.name(n));
+        let (erased, kept) = oubli::certificate::measure::removal_items(removed, |n| self.name(n));
         // A path the command names itself (`redact`, whose removal went
         // through the mount's own calls) is listed once, with the objects.
         for item in erased {

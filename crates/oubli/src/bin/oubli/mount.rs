@@ -181,24 +181,8 @@ struct MountFrontend {
 /// `certify-measure` on a mount: the store's measure and the names removed
 /// since the last commit.
 fn certify_measure(handle: &oubli_fuse::Handle, store: &Store) -> Result<String, Refusal> {
-    use oubli::certificate::measure::{RemovedName, RemovedNames};
-    let removals = handle.removals();
     let mut m = oubli::certificate::measure::measure(store).map_err(|e| Refusal::from(&e))?;
-    m.removed = Some(RemovedNames {
-        paths: removals
-            .paths
-            .into_iter()
-            .map(|r| RemovedName {
-                path: r.path,
-                object_id: r.object_id,
-                bytes: r.bytes,
-                still_linked: r.still_linked,
-                still_open: r.still_open,
-                snapshots: r.snapshots,
-            })
-            .collect(),
-        more: removals.more,
-    });
+    m.removed = Some(handle.removals());
     Ok(serde_json::to_string(&m).expect("plain data"))
 }
 

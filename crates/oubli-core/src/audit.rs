@@ -417,7 +417,7 @@ fn open_cell(
             oid,
             cell,
             start: c.start,
-            offset: cell * cell_size + u64::from(c.start),
+            offset: crate::unit::cell_span(cell, cell_size as u32).0 + u64::from(c.start),
             addr: c.addr,
             source,
             plaintext,

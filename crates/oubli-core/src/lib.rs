@@ -42,4 +42,5 @@ pub use medium::{Medium, SegmentId, Slot, Space, SUPERBLOCK_MAX};
 pub use share::ShareRecord;
 pub use snapshot::SnapshotRecord;
 pub use tree::ObjectRecord;
+pub use unit::{cell_span, SPLIT_CELLS};
 pub use vault::{StoreId, Vault, VaultError, VaultInfo, VaultRecord};

@@ -7,6 +7,8 @@ use crate::vault::StoreId;
 use oubli_crypto::{CryptoProvider, KeyRef, SecretKey};
 
 pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
+/// Version 7: split cells — small cells of a large one, leaf entries
+/// with cell ids from `SPLIT_CELLS` (DESIGN §3); nothing else changed.
 /// Version 6: intent-log frames carry the cells their batch puts, and the
 /// tally may lag them (docs/FORMAT.md). Version 5: a cell size per object (a leaf-entry kind and a log op; the
 /// superblock itself is as in 3). Version 4: holes inside cells (a
@@ -14,7 +16,7 @@ pub const MAGIC: &[u8; 8] = b"OUBLI\0SB";
 /// pointer. Version 2: salted intent-log frames and the log tally
 /// (docs/FORMAT.md). Older stores still open; their first commit writes
 /// the current version.
-pub const FORMAT_VERSION: u16 = 6;
+pub const FORMAT_VERSION: u16 = 7;
 /// The key scheme of every store so far: a random key in each parent pointer.
 pub const KEY_SCHEME_PARENT_POINTER: u8 = 0;
 const HEADER_LEN: usize = 8 + 2 + 2 + 16 + 8 + 4;

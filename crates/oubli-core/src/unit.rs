@@ -81,12 +81,30 @@ const CELL_AAD_LABEL: &[u8] = b"oubli/cell/v1";
 /// The label, the object, the cell, and the stored range's start and length.
 pub(crate) const CELL_AAD_LEN: usize = CELL_AAD_LABEL.len() + 8 + 8 + 4 + 4;
 
+/// Cell ids from here on name the small cells of a split cell (DESIGN §3,
+/// "Split cells"): id `SPLIT_CELLS | j` covers bytes
+/// `[j·SMALL_CELL_SIZE, (j+1)·SMALL_CELL_SIZE)` of its object, whatever
+/// the object's cell size. They sort after the object's other cells.
+pub const SPLIT_CELLS: u64 = 1 << 63;
+
+/// Where cell `cell` of an object whose cell size is `cell_size` lies: its
+/// first byte and its size (a split cell's small cell, or one of the
+/// object's own cells).
+pub fn cell_span(cell: u64, cell_size: u32) -> (u64, u32) {
+    let small = crate::SMALL_CELL_SIZE;
+    if cell >= SPLIT_CELLS {
+        ((cell - SPLIT_CELLS) * u64::from(small), small)
+    } else {
+        (cell * u64::from(cell_size), cell_size)
+    }
+}
+
 /// Names a cell in a message: by byte offset, or by index when the
 /// object's cell size is not at hand (`cell_size` 0).
 pub(crate) fn describe_cell(oid: u64, cell: u64, c: &CellRef, cell_size: u32) -> String {
     let at = match cell_size {
-        0 => format!("cell {cell}"),
-        cs => format!("byte {}", cell * cs as u64 + c.start as u64),
+        0 if cell < SPLIT_CELLS => format!("cell {cell}"),
+        cs => format!("byte {}", cell_span(cell, cs).0 + c.start as u64),
     };
     format!(
         "data of object {oid} at {at} (segment {} offset {})",

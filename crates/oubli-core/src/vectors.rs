@@ -1,9 +1,9 @@
 //! Known-answer test vectors: pin the bytes of every sealed format so a change cannot slip in unnoticed.
 //!
-//! The vectors of the current format live in `tests/vectors/v5.txt` (one
+//! The vectors of the current format live in `tests/vectors/v7.txt` (one
 //! `name hex` per line). To regenerate after an intentional format change
 //! (with a new version number!), run `OUBLI_WRITE_VECTORS=1 cargo test -p
-//! oubli-core vectors`. The vectors of older formats (`v1.txt` to `v4.txt`)
+//! oubli-core vectors`. The vectors of older formats (`v1.txt` to `v6.txt`)
 //! are never regenerated: they are bytes an old store holds, and the current
 //! code must still open them.
 
@@ -17,7 +17,7 @@ use crate::tree::{
     encode_node, CellRef, Key, Node, NodePtr, ObjectRecord, Value, KIND_CELL, KIND_CELLS,
     KIND_OBJECT,
 };
-use crate::unit::{cell_aad, node_aad};
+use crate::unit::{cell_aad, node_aad, SPLIT_CELLS};
 use oubli_crypto::{
     load_scheme, CryptoProvider, DeterministicProvider, KeyRef, KeyScheme, KeyStorageArea,
     KeyedHashForest, RingProvider, SecretKey, SCHEME_KEYED_HASH_FOREST, SCHEME_KEY_STORAGE_AREA,
@@ -96,6 +96,39 @@ fn compute() -> Vec<(&'static str, String)> {
         }),
     )]);
     out.push(("leaf-short-key-plain", hex(&encode_node(&node))));
+    // Format 7: a split cell (DESIGN §3): the small cells of cell 1 of a
+    // 32 KiB object, ids from SPLIT_CELLS (bytes 32768 + 4096·k), beside
+    // whole cell 0; and a small cell's unit, bound to its id.
+    let small = |k: u64, addr: u64, byte: u8| {
+        (
+            Key::new(7, KIND_CELL, SPLIT_CELLS + 8 + k),
+            Value::Cell(CellRef {
+                start: 0,
+                len: 4096,
+                addr,
+                key: KeyRef::from_bytes([byte; 32]),
+                holes: Vec::new(),
+            }),
+        )
+    };
+    let node = Node::leaf(vec![
+        (
+            Key::new(7, KIND_CELL, 0),
+            Value::Cell(CellRef {
+                start: 0,
+                len: 32768,
+                addr: 1 << 32,
+                key: KeyRef::from_bytes([1; 32]),
+                holes: Vec::new(),
+            }),
+        ),
+        small(0, (1 << 32) + 32784, 3),
+        small(1, (1 << 32) + 32784 + 4112, 4),
+    ]);
+    out.push(("leaf-split-plain", hex(&encode_node(&node))));
+    let mut cell = b"attack at dusk".to_vec();
+    p.seal(&key, &cell_aad(7, SPLIT_CELLS + 9, 100, 14), &mut cell);
+    out.push(("split-cell", hex(&cell)));
 
     let header = Header {
         version: FORMAT_VERSION,
@@ -543,6 +576,13 @@ fn format_5_vectors_still_open() {
     assert_eq!(older_superblocks("v5.txt", 5).len(), 2);
 }
 
+/// A store of format 6 keeps opening: only the superblocks' version
+/// differs (format 7 added split cells, which a format-6 store never has).
+#[test]
+fn format_6_vectors_still_open() {
+    assert_eq!(older_superblocks("v6.txt", 6).len(), 2);
+}
+
 /// The pinned format-6 frame opens with the cell it carries; a frame whose
 /// cell did not all reach the medium does not open, and ends the log when
 /// the tally does not count it, or is damage when it does.
@@ -721,15 +761,15 @@ fn pinned_scheme_states_still_open() {
 fn vectors_match_the_pinned_bytes() {
     let computed = compute();
     if std::env::var_os("OUBLI_WRITE_VECTORS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v6.txt");
-        let header = "# oubli format v6 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/v7.txt");
+        let header = "# oubli format v7 known-answer vectors (key = 0x42 x 32; see crates/oubli-core/src/vectors.rs).\n\
                       # hkdf and cell were cross-checked against Python hmac/hashlib and cryptography.AESGCM.\n";
         let text: String = std::iter::once(header.to_string())
             .chain(computed.iter().map(|(n, h)| format!("{n} {h}\n")))
             .collect();
         std::fs::write(path, text).unwrap();
     }
-    let pinned = pinned("v6.txt");
+    let pinned = pinned("v7.txt");
     assert_eq!(pinned.len(), computed.len());
     for ((name, want), (cname, got)) in pinned.iter().zip(&computed) {
         assert_eq!(name, cname);

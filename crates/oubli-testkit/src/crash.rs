@@ -130,6 +130,20 @@ pub fn count_points_and_rewrites(
     (stack.points() - start, stack.inner().rewrote())
 }
 
+/// The status of a fresh store after `workload` ran on it without faults:
+/// what a sweep of the workload exercises (cells split and put back
+/// whole, units rewritten in place).
+pub fn status_after(workload: &Workload, seed: u64, scheme: u8) -> oubli_core::Status {
+    let options = harness::options(seed);
+    let stack = stack(false);
+    let (store, _vault) = harness::create_with(stack as Arc<dyn Medium>, &options, scheme);
+    let mut runner = Runner::default();
+    for step in &workload.steps {
+        runner.step(&store, step).expect("workload without faults");
+    }
+    store.status().expect("status")
+}
+
 fn verify_after_crash(
     stack: &Stack,
     vault: &Arc<RecordingVault>,

@@ -81,6 +81,26 @@ impl Workload {
         Self::make(seed, n, max_size, commit_every, true, true)
     }
 
+    /// [`generate`](Self::generate) where about one write in three is a
+    /// stream from the object's start over half its size or more: objects
+    /// get the store's cells, the random writes after split them and the
+    /// next stream puts them back whole (DESIGN §3, "Split cells"). The
+    /// other steps are those of `generate` with the same seed.
+    pub fn with_streams(seed: u64, n: usize, max_size: u64, commit_every: u64) -> Workload {
+        let mut workload = Self::make(seed, n, max_size, commit_every, false, false);
+        // Its own generator: the steps drawn are those of `generate`.
+        let mut rng = SplitMix64::new(seed ^ 0x5354_5245_414d);
+        for step in &mut workload.steps {
+            if let Step::Write { len, off, .. } = step {
+                if rng.below(3) == 0 {
+                    *off = 0;
+                    *len = (max_size / 2 + rng.below(max_size / 2)) as u32;
+                }
+            }
+        }
+        workload
+    }
+
     fn make(
         seed: u64,
         n: usize,

@@ -17,8 +17,19 @@ fn nothing_deleted_before_the_last_commit_opens() {
         // Seed 12 seals cells as they complete, so overwrites before a
         // flush rewrite units in place (`harness::options`); seed 11
         // buffers them for the frames.
-        nothing_deleted_before_the_last_commit_opens_with(scheme, false, 12);
-        nothing_deleted_before_the_last_commit_opens_with(scheme, true, 11);
+        nothing_deleted_before_the_last_commit_opens_with(scheme, false, 12, false);
+        nothing_deleted_before_the_last_commit_opens_with(scheme, true, 11, false);
+    }
+}
+
+/// Streams over the objects among the writes at random: large cells split
+/// by those writes and put back whole by the next stream (DESIGN §3,
+/// "Split cells"). Nothing a split or a rejoin replaced — the large unit,
+/// the small cells — opens once a commit has passed.
+#[test]
+fn nothing_a_split_cell_replaced_opens() {
+    for scheme in harness::SCHEMES {
+        nothing_deleted_before_the_last_commit_opens_with(scheme, false, 13, true);
     }
 }
 
@@ -30,6 +41,7 @@ fn nothing_deleted_before_the_last_commit_opens_with(
     scheme: u8,
     policy_in_background: bool,
     seed: u64,
+    streams: bool,
 ) {
     let mut options = harness::options(seed);
     if policy_in_background {
@@ -42,7 +54,10 @@ fn nothing_deleted_before_the_last_commit_opens_with(
     )));
     let (store, vault) =
         harness::create_with(recording.clone() as Arc<dyn Medium>, &options, scheme);
-    let workload = Workload::generate(seed, 1200, 64 * 1024, 25);
+    let workload = match streams {
+        true => Workload::with_streams(seed, 1200, 64 * 1024, 25),
+        false => Workload::generate(seed, 1200, 64 * 1024, 25),
+    };
     let mut runner = Runner::default();
     let mut checked = 0;
     for step in &workload.steps {
@@ -95,6 +110,16 @@ fn nothing_deleted_before_the_last_commit_opens_with(
             own >= runner.commits as u64 / 4,
             "the policy made few commits of its own: {own} beside the workload's {}",
             runner.commits
+        );
+    }
+    if streams {
+        // Not blind: cells were split and put back whole.
+        let status = store.status().unwrap();
+        assert!(
+            status.cells_split >= 50 && status.cells_rejoined >= 10,
+            "{} cells split, {} put back whole",
+            status.cells_split,
+            status.cells_rejoined
         );
     }
     assert!(checked >= 5);

@@ -67,6 +67,13 @@ pub struct StatusReport {
     /// processes): overwrites that put no new version on the medium.
     #[serde(default)]
     pub units_rewritten: u64,
+    /// Large cells split into small ones by writes at random, and split
+    /// cells put back whole by writes over all of them, since the store
+    /// was opened (live processes; DESIGN §3, "Split cells").
+    #[serde(default)]
+    pub cells_split: u64,
+    #[serde(default)]
+    pub cells_rejoined: u64,
     /// The medium's size, free space and reserve (`None`: it cannot tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<SpaceReport>,
@@ -251,6 +258,8 @@ pub fn status_report(store: &Store, store_path: &Path, live: bool) -> Result<Sta
         }),
         segments_awaiting_commit: s.segments_awaiting_commit,
         units_rewritten: s.units_rewritten,
+        cells_split: s.cells_split,
+        cells_rejoined: s.cells_rejoined,
         space: s.space.map(|sp| SpaceReport {
             total: sp.total,
             free: sp.free,

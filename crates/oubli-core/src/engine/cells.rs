@@ -11,7 +11,8 @@
 //! still empty), or by the engine at the first write, which gives
 //! small cells when that write is neither at the object's start nor at its
 //! end (a sparse file written at random). Streamed files — every write an
-//! append — keep the store's cells.
+//! append — keep the store's cells; one of their cells that is later
+//! written at random is split into small ones (`split.rs`).
 
 use super::*;
 

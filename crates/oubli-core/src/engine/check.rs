@@ -51,6 +51,11 @@ pub struct Status {
     /// Units written over in place since the store was opened, instead of
     /// appended (DESIGN §7, "Overwrites in place").
     pub units_rewritten: u64,
+    /// Large cells split into small ones since the store was opened (a
+    /// write at random into a streamed file), and split cells put back
+    /// whole by a write over all of them (DESIGN §3, "Split cells").
+    pub cells_split: u64,
+    pub cells_rejoined: u64,
     /// The medium's size, free space and the reserve kept for deletes,
     /// commits and the cleaner (`None`: the medium cannot tell, or did not
     /// answer).
@@ -300,6 +305,8 @@ impl Engine {
             cleaner: self.cleaning.as_ref().map(|run| run.progress()),
             segments_awaiting_commit: self.doomed_segments.len(),
             units_rewritten: self.units_rewritten,
+            cells_split: self.cells_split,
+            cells_rejoined: self.cells_rejoined,
             space: self.space_now().ok().flatten(),
         })
     }
@@ -345,11 +352,30 @@ impl Engine {
                 }
                 Ok(())
             })?;
+            // A split cell's small cells never live beside the cell itself (`split.rs`).
+            let whole: HashSet<(u64, u64)> = cells
+                .iter()
+                .filter(|(_, cell, _)| *cell < crate::unit::SPLIT_CELLS)
+                .map(|(oid, cell, _)| (*oid, *cell))
+                .collect();
             for (oid, cell, c) in cells {
-                let cs = cell_sizes
+                let object_cells = cell_sizes
                     .get(&oid)
                     .copied()
                     .unwrap_or(self.cell_size as u64);
+                // The cell's own span: the object's cells, or a small cell of a split one.
+                let (at, cs) = crate::unit::cell_span(cell, object_cells as u32);
+                let cs = u64::from(cs);
+                if cell >= crate::unit::SPLIT_CELLS && object_cells <= cs {
+                    report.problems.push(within(format!(
+                        "object {oid} has split cells but no larger cells to split"
+                    )));
+                }
+                if cell >= crate::unit::SPLIT_CELLS && whole.contains(&(oid, at / object_cells)) {
+                    report.problems.push(within(format!(
+                        "object {oid} holds byte {at} both in a cell and in a split cell's small cell"
+                    )));
+                }
                 if c.start as u64 + c.len as u64 > cs {
                     report.problems.push(within(format!(
                         "cell {cell} of object {oid} is longer than its cells ({cs} B)"
@@ -359,11 +385,9 @@ impl Engine {
                     None => report.problems.push(within(format!(
                         "cell {cell} belongs to missing object {oid}"
                     ))),
-                    Some(size) if cell * cs + c.start as u64 >= *size => {
-                        report.problems.push(within(format!(
-                            "cell {cell} of object {oid} lies beyond its size {size}"
-                        )))
-                    }
+                    Some(size) if at + c.start as u64 >= *size => report.problems.push(within(
+                        format!("cell {cell} of object {oid} lies beyond its size {size}"),
+                    )),
                     _ => {}
                 }
                 if !seen.insert(c.addr) {

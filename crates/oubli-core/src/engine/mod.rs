@@ -20,6 +20,7 @@ mod rewrite;
 mod share;
 mod snapshot;
 mod space;
+mod split;
 mod write;
 
 pub use check::{CleanerProgress, FsckReport, Overhead, Status};
@@ -399,6 +400,9 @@ struct Engine {
     flushed_through: u64,
     dirty: BTreeMap<(u64, u64), DirtyCell>,
     dirty_bytes: usize,
+    /// Where each recently written object's last write ended: a write
+    /// that starts there continues a stream (`split.rs`).
+    write_ends: HashMap<u64, u64>,
     /// Objects whose size grew by writes, with the stamp of their last
     /// growth; their record is logged at the next flush.
     size_dirty: BTreeMap<u64, u64>,
@@ -491,6 +495,9 @@ struct Engine {
     rewrites: Arc<AtomicU64>,
     /// Units rewritten in place since the store was opened.
     units_rewritten: u64,
+    /// Cells split and put back whole since the store was opened (`split.rs`).
+    cells_split: u64,
+    cells_rejoined: u64,
     /// [`Options::small_writes_buffered`].
     small_writes_buffered: usize,
     /// [`Options::pending_ops_max`].

@@ -1,6 +1,7 @@
 //! The read path: pointers resolved under the engine lock, units read and opened on the calling thread after it is released.
 
 use super::*;
+use crate::unit::cell_span;
 
 /// A unit a read must open after the engine lock is released.
 pub(super) struct PendingRead {
@@ -226,28 +227,37 @@ impl Store {
         if offset >= end {
             return Ok(out);
         }
-        let cs = u64::from(e.cells_of(&e.tree, oid)?);
+        let cell_size = e.cells_of(&e.tree, oid)?;
         // Data ranges (start -> length) per cell: stored ranges less their holes.
         let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
         let put = |ranges: &mut BTreeMap<u64, u64>, cell: u64, data: Vec<(u32, u32)>| {
+            let at = cell_span(cell, cell_size).0;
             for (a, b) in data {
-                ranges.insert(cell * cs + a as u64, (b - a) as u64);
+                ranges.insert(at + a as u64, (b - a) as u64);
             }
         };
-        e.tree.scan(
-            &cell_key(oid, offset / cs),
-            &cell_key(oid, end.div_ceil(cs)),
-            &e.ctx,
-            &mut |k, v| {
-                if let Value::Cell(c) = v {
-                    put(&mut ranges, k.off, c.data_ranges());
-                }
-                true
-            },
-        )?;
-        for (&(_, cell), d) in e.dirty.range((oid, offset / cs)..(oid, end.div_ceil(cs))) {
+        // The object's own cells, then the small cells of split ones (`split.rs`).
+        let ids = split::cell_ids_over(offset, end, cell_size);
+        for range in &ids {
+            e.tree.scan(
+                &cell_key(oid, range.start),
+                &cell_key(oid, range.end),
+                &e.ctx,
+                &mut |k, v| {
+                    if let Value::Cell(c) = v {
+                        put(&mut ranges, k.off, c.data_ranges());
+                    }
+                    true
+                },
+            )?;
+        }
+        let buffered = ids
+            .iter()
+            .flat_map(|r| e.dirty.range((oid, r.start)..(oid, r.end)));
+        for (&(_, cell), d) in buffered {
             // A buffered cell replaces whatever the tree holds for it.
-            ranges.retain(|&s, _| s / cs != cell);
+            let (at, size) = cell_span(cell, cell_size);
+            ranges.retain(|&s, _| !(at..at + u64::from(size)).contains(&s));
             let end = d.start + d.data.len() as u32;
             put(
                 &mut ranges,
@@ -288,33 +298,41 @@ impl Engine {
         // Sized for every cell at once (a 1 MiB read of 4 KiB cells grew it
         // eight times, each a copy).
         let mut pending = Vec::with_capacity((past - first).min(1 << 13) as usize);
-        self.tree.scan(
-            &cell_key(oid, first),
-            &cell_key(oid, past),
-            &self.ctx,
-            &mut |k, v| {
-                if let Value::Cell(c) = v {
-                    if !self.dirty.contains_key(&(oid, k.off)) {
-                        pending.push(PendingRead {
-                            oid,
-                            cell: k.off,
-                            cell_size,
-                            out_at: (k.off * cs + c.start as u64) as i64 - offset as i64,
-                            cref: c.clone(),
-                            share: share.clone(),
-                        });
+        // The object's own cells, then the small cells of split ones (`split.rs`).
+        let ids = split::cell_ids_over(offset, end, cell_size);
+        for range in &ids {
+            self.tree.scan(
+                &cell_key(oid, range.start),
+                &cell_key(oid, range.end),
+                &self.ctx,
+                &mut |k, v| {
+                    if let Value::Cell(c) = v {
+                        if !self.dirty.contains_key(&(oid, k.off)) {
+                            let at = cell_span(k.off, cell_size).0;
+                            pending.push(PendingRead {
+                                oid,
+                                cell: k.off,
+                                cell_size,
+                                out_at: (at + c.start as u64) as i64 - offset as i64,
+                                cref: c.clone(),
+                                share: share.clone(),
+                            });
+                        }
                     }
-                }
-                true
-            },
-        )?;
-        let mut buffered = self.dirty.range((oid, first)..(oid, past)).peekable();
-        if buffered.peek().is_none() && is_whole_run(&pending, offset, end, cs) {
+                    true
+                },
+            )?;
+        }
+        let buffered: Vec<_> = ids
+            .iter()
+            .flat_map(|r| self.dirty.range((oid, r.start)..(oid, r.end)))
+            .collect();
+        if buffered.is_empty() && is_whole_run(&pending, offset, end, cs) {
             return Ok(ReadPlan::Run(pending));
         }
         let mut out = vec![0u8; (end - offset) as usize];
         for (&(_, cell), d) in buffered {
-            let data_at = cell * cs + d.start as u64;
+            let data_at = cell_span(cell, cell_size).0 + d.start as u64;
             let lo = data_at.max(offset);
             let hi = (data_at + d.data.len() as u64).min(end);
             if lo < hi {

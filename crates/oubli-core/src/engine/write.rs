@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::holes::{self, Holes};
+use crate::unit::{cell_span, SPLIT_CELLS};
 
 /// The whole cells of one write, sealed before the engine lock is taken and
 /// laid out back to back (ciphertext ‖ tag per cell) so they are appended to
@@ -34,7 +35,7 @@ impl Drop for SealedRun {
 pub(super) struct Prefetched {
     cell: u64,
     addr: u64,
-    plain: PlainBuf,
+    pub(super) plain: PlainBuf,
     /// The unit at `addr` could not be rewritten when it was read.
     stable: bool,
     /// [`Shared::rewrites`] when the read was planned.
@@ -432,6 +433,11 @@ impl Engine {
                 let cell = run.first_cell + (i + k) as u64;
                 let key = key_refs.next().expect("one key per unit").clone();
                 self.take_dirty(oid, cell);
+                if cell * u64::from(run.cell_size) < old_size {
+                    // Written whole again: a split cell is put back whole
+                    // (`split.rs`), its small cells dropped in this batch.
+                    self.rejoin(oid, cell, run.cell_size)?;
+                }
                 let cref = CellRef {
                     start: 0,
                     len: run.cell_size,
@@ -530,6 +536,7 @@ impl Engine {
             }
             None => 0..0,
         };
+        let at_random = !self.continues_last_write(oid, offset, end);
         let mut pos = offset;
         let mut overwrote = false;
         while pos < end {
@@ -541,7 +548,8 @@ impl Engine {
             let from = (pos % cs) as u32;
             let n = (cs - from as u64).min(end - pos) as u32;
             let chunk = &data[(pos - offset) as usize..(pos - offset) as usize + n as usize];
-            overwrote |= self.merge_into_cell(oid, cell, cs as u32, from, chunk, prefetched)?;
+            overwrote |=
+                self.write_in_cell(oid, cell, cs as u32, from, chunk, at_random, prefetched)?;
             pos += n as u64;
         }
         if overwrote || self.stats.units_freed > freed_before {
@@ -581,15 +589,26 @@ impl Engine {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let mut edges = vec![offset / cs];
-        if (end - 1) / cs != offset / cs {
-            edges.push((end - 1) / cs);
+        // The cells holding the write's first and last byte: the object's
+        // own, or the small cells of a split one.
+        let mut edges = Vec::new();
+        for byte in [offset, end - 1] {
+            let cell = byte / cs;
+            let id = match self.is_split(oid, cell, cs as u32)? {
+                true => split::split_ids_over(byte, byte + 1).start,
+                false => cell,
+            };
+            if edges.last() != Some(&id) {
+                edges.push(id);
+            }
         }
         let mut wanted = Vec::new();
         for cell in edges {
-            let from = offset.max(cell * cs) - cell * cs;
-            let to = end.min((cell + 1) * cs) - cell * cs;
-            if (from == 0 && to == cs) || self.dirty.contains_key(&(oid, cell)) {
+            let (at, size) = cell_span(cell, cs as u32);
+            let size = u64::from(size);
+            let from = offset.max(at) - at;
+            let to = end.min(at + size) - at;
+            if (from == 0 && to == size) || self.dirty.contains_key(&(oid, cell)) {
                 continue;
             }
             if let Some(Value::Cell(c)) = self.tree.get(&cell_key(oid, cell), &self.ctx)? {
@@ -649,26 +668,7 @@ impl Engine {
                 _ => None,
             },
         };
-        let (start, bytes, mut gaps) = match old {
-            Some((old_start, mut old, mut gaps)) if !old.is_empty() => {
-                let old_end = old_start + old.len() as u32;
-                if old_start <= from && to <= old_end {
-                    old[(from - old_start) as usize..][..chunk.len()].copy_from_slice(chunk);
-                    (old_start, old, gaps)
-                } else {
-                    let (s, e) = (old_start.min(from), old_end.max(to));
-                    let mut merged = PlainBuf::zeroed((e - s) as usize);
-                    merged[(old_start - s) as usize..][..old.len()].copy_from_slice(&old);
-                    merged[(from - s) as usize..][..chunk.len()].copy_from_slice(chunk);
-                    // The zeros between the old range and the new bytes were never written.
-                    holes::add(&mut gaps, to, old_start);
-                    holes::add(&mut gaps, old_end, from);
-                    (s, merged, gaps)
-                }
-            }
-            _ => (from, PlainBuf::copy_of(chunk), Holes::new()),
-        };
-        holes::remove(&mut gaps, from, to);
+        let (start, bytes, gaps) = merged(old, from, chunk);
         let full = start == 0 && bytes.len() as u64 == u64::from(cell_size);
         self.set_dirty(oid, cell, start, bytes, gaps);
         // A whole cell has nothing more to wait for; the next flush's frame
@@ -740,29 +740,8 @@ impl Engine {
         self.mutable()?;
         let mut record = self.record(oid)?;
         if size < record.size {
-            let cs = u64::from(self.cells_of(&self.tree, oid)?);
-            let boundary = size / cs;
-            let cut = (size % cs) as u32;
-            let first_dropped = if cut == 0 { boundary } else { boundary + 1 };
-            let doomed: Vec<(u64, u64)> = self
-                .dirty
-                .range((oid, first_dropped)..(oid, u64::MAX))
-                .map(|(k, _)| *k)
-                .collect();
-            for (o, c) in doomed {
-                self.take_dirty(o, c);
-            }
-            self.apply(
-                Op::DropCells {
-                    oid,
-                    from: first_dropped,
-                    to: u64::MAX,
-                },
-                true,
-            )?;
-            if cut > 0 {
-                self.rewrite_cell(oid, boundary, cut, cs as u32)?;
-            }
+            let cs = self.cells_of(&self.tree, oid)?;
+            self.clear(oid, size, u64::MAX, cs)?;
         }
         record.size = size;
         self.size_dirty.remove(&oid);
@@ -776,36 +755,76 @@ impl Engine {
         if offset >= end {
             return Ok(());
         }
-        let cs = u64::from(self.cells_of(&self.tree, oid)?);
-        let (first_whole, end_whole) = (offset.div_ceil(cs), end / cs);
+        let cs = self.cells_of(&self.tree, oid)?;
+        self.clear(oid, offset, end, cs)
+    }
+
+    /// Zeroes bytes `[lo, hi)` of `oid` (`hi` = `u64::MAX`: to the end),
+    /// whose cells are `cs` bytes: cells wholly inside are dropped (with
+    /// the small cells of those split), the cells at either end rewritten
+    /// without the bytes.
+    fn clear(&mut self, oid: u64, lo: u64, hi: u64, cs: u32) -> Result<()> {
+        let csz = u64::from(cs);
+        let to_end = hi == u64::MAX;
+        let (first_whole, end_whole) = (lo.div_ceil(csz), if to_end { hi } else { hi / csz });
         if first_whole > end_whole {
             // Inside one cell.
-            let cell = offset / cs;
-            return self.rewrite_cell(oid, cell, (offset % cs) as u32, (end - cell * cs) as u32);
+            let cell = lo / csz;
+            return self.clear_in_cell(oid, cell, cs, (lo % csz) as u32, (hi - cell * csz) as u32);
         }
-        if !offset.is_multiple_of(cs) {
-            self.rewrite_cell(oid, offset / cs, (offset % cs) as u32, cs as u32)?;
+        if !lo.is_multiple_of(csz) {
+            self.clear_in_cell(oid, lo / csz, cs, (lo % csz) as u32, cs)?;
         }
         if first_whole < end_whole {
-            let doomed: Vec<(u64, u64)> = self
-                .dirty
-                .range((oid, first_whole)..(oid, end_whole))
-                .map(|(k, _)| *k)
-                .collect();
-            for (o, c) in doomed {
-                self.take_dirty(o, c);
+            self.drop_cell_ids(oid, first_whole..end_whole.min(SPLIT_CELLS))?;
+            if cs > SMALL_CELL_SIZE {
+                let from = split::split_ids(first_whole, cs).start;
+                let to = match to_end {
+                    true => u64::MAX,
+                    false => split::split_ids(end_whole, cs).start,
+                };
+                self.drop_cell_ids(oid, from..to)?;
             }
-            self.apply(
-                Op::DropCells {
-                    oid,
-                    from: first_whole,
-                    to: end_whole,
-                },
-                true,
+        }
+        if !to_end && !hi.is_multiple_of(csz) {
+            self.clear_in_cell(oid, end_whole, cs, 0, (hi % csz) as u32)?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes `[zero_from, zero_to)` of large cell `cell` (of `cs` bytes):
+    /// in the cell, or in the small cells of a split one.
+    fn clear_in_cell(
+        &mut self,
+        oid: u64,
+        cell: u64,
+        cs: u32,
+        zero_from: u32,
+        zero_to: u32,
+    ) -> Result<()> {
+        if !self.is_split(oid, cell, cs)? {
+            return self.rewrite_cell(oid, cell, zero_from, zero_to);
+        }
+        let small = u64::from(SMALL_CELL_SIZE);
+        let base = cell * u64::from(cs);
+        let (lo, hi) = (base + u64::from(zero_from), base + u64::from(zero_to));
+        let (first_whole, end_whole) = (lo.div_ceil(small), hi / small);
+        if first_whole > end_whole {
+            let sub = lo / small;
+            let (from, to) = ((lo % small) as u32, (hi - sub * small) as u32);
+            return self.rewrite_cell(oid, SPLIT_CELLS + sub, from, to);
+        }
+        if !lo.is_multiple_of(small) {
+            self.rewrite_cell(
+                oid,
+                SPLIT_CELLS + lo / small,
+                (lo % small) as u32,
+                SMALL_CELL_SIZE,
             )?;
         }
-        if !end.is_multiple_of(cs) {
-            self.rewrite_cell(oid, end_whole, 0, (end % cs) as u32)?;
+        self.drop_cell_ids(oid, SPLIT_CELLS + first_whole..SPLIT_CELLS + end_whole)?;
+        if !hi.is_multiple_of(small) {
+            self.rewrite_cell(oid, SPLIT_CELLS + end_whole, 0, (hi % small) as u32)?;
         }
         Ok(())
     }
@@ -849,4 +868,36 @@ fn same_way(places: &[Option<u64>], unit: u64) -> usize {
         .enumerate()
         .take_while(|(k, p)| follows(*k, p))
         .count()
+}
+
+/// A cell's content `(start, bytes, holes)` with `chunk` written at byte
+/// `from` of the cell over its old content `old`, if any: the new content
+/// spans both ranges, and the zeros between them are holes.
+pub(super) fn merged(
+    old: Option<(u32, PlainBuf, Holes)>,
+    from: u32,
+    chunk: &[u8],
+) -> (u32, PlainBuf, Holes) {
+    let to = from + chunk.len() as u32;
+    let (start, bytes, mut gaps) = match old {
+        Some((old_start, mut old, mut gaps)) if !old.is_empty() => {
+            let old_end = old_start + old.len() as u32;
+            if old_start <= from && to <= old_end {
+                old[(from - old_start) as usize..][..chunk.len()].copy_from_slice(chunk);
+                (old_start, old, gaps)
+            } else {
+                let (s, e) = (old_start.min(from), old_end.max(to));
+                let mut merged = PlainBuf::zeroed((e - s) as usize);
+                merged[(old_start - s) as usize..][..old.len()].copy_from_slice(&old);
+                merged[(from - s) as usize..][..chunk.len()].copy_from_slice(chunk);
+                // The zeros between the old range and the new bytes were never written.
+                holes::add(&mut gaps, to, old_start);
+                holes::add(&mut gaps, old_end, from);
+                (s, merged, gaps)
+            }
+        }
+        _ => (from, PlainBuf::copy_of(chunk), Holes::new()),
+    };
+    holes::remove(&mut gaps, from, to);
+    (start, bytes, gaps)
 }

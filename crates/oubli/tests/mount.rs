@@ -413,6 +413,81 @@ fn snapshots_and_redact_on_a_live_mount() {
 /// finds `/sbin/mount.fuse.oubli` (the `oubli` binary under that name, as
 /// `scripts/install` links it), and `umount MNT` unmounts after the commit.
 /// Needs root (it links the helper into /sbin for the test's duration).
+/// A file copied in as a stream, then updated in place through the mount
+/// (issue 43 part 1, DESIGN §3 "Split cells"): each 4 KiB write at random
+/// splits the 32 KiB cell it lands in, as `oubli status` reports; after
+/// `oubli commit` the adversary, with a copy of the store and the vault,
+/// finds none of the replaced blocks but every new one and the old blocks
+/// beside them in the split cells. Rewritten whole in place, the file's
+/// cells are put back whole.
+#[test]
+fn a_file_updated_in_place_splits_its_cells_and_erases_what_it_replaced() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env::new();
+    env.cmd().arg("mount").arg(&env.mnt).assert().success();
+    let status = |env: &Env| -> serde_json::Value {
+        let out = env
+            .cmd()
+            .args(["status", "--json"])
+            .arg(&env.mnt)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // 256 blocks of 4 KiB, block i holding records of "file" 100 + i.
+    let block = |id: usize| common::content(id, 4096);
+    let mut model: Vec<u8> = (0..256).flat_map(|i| block(100 + i)).collect();
+    let path = env.mnt.join("image");
+    fs::write(&path, &model).unwrap();
+    env.cmd().arg("commit").arg(&env.mnt).assert().success();
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // Cells 1, 9, 18 (two blocks) and 25.
+    let replaced = [10, 77, 150, 151, 200];
+    for &i in &replaced {
+        std::os::unix::fs::FileExt::write_all_at(&file, &block(500 + i), i as u64 * 4096).unwrap();
+        model[i * 4096..(i + 1) * 4096].copy_from_slice(&block(500 + i));
+    }
+    file.sync_all().unwrap();
+    assert_eq!(status(&env)["cells_split"], 4);
+    assert_eq!(fs::read(&path).unwrap(), model);
+    env.cmd().arg("commit").arg(&env.mnt).assert().success();
+    let copy = env.dir.path().join("copy");
+    fs::create_dir(&copy).unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.store)
+        .arg(&env.vault)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let old: Vec<usize> = replaced.iter().map(|i| 100 + i).collect();
+    let new: Vec<usize> = replaced.iter().map(|i| 500 + i).collect();
+    // Beside the replaced blocks, in the same split cells.
+    let kept = [111, 176, 149, 152, 201];
+    let ids: Vec<usize> = old.iter().chain(&new).chain(&kept).copied().collect();
+    let found = common::recoverable_with(&copy.join("store"), &copy.join("vault"), "pw", &ids);
+    for id in old {
+        assert!(
+            !found[&id],
+            "replaced block {id} is recoverable after the commit"
+        );
+    }
+    for id in new.iter().chain(&kept) {
+        assert!(found[id], "live block {id} is not in the store");
+    }
+    // Rewritten whole in place (no truncate): the cells go back whole.
+    let model: Vec<u8> = (0..256).flat_map(|i| block(700 + i)).collect();
+    std::os::unix::fs::FileExt::write_all_at(&file, &model, 0).unwrap();
+    file.sync_all().unwrap();
+    assert_eq!(status(&env)["cells_rejoined"], 4);
+    assert_eq!(fs::read(&path).unwrap(), model);
+    drop(file);
+    env.cmd().arg("umount").arg(&env.mnt).assert().success();
+}
+
 #[test]
 fn mount_t_fuse_oubli_with_fstab_options_and_umount() {
     let Some(_helper) = MountHelper::install() else {

@@ -2,23 +2,14 @@
 
 mod common;
 
+use common::{bytes, pending_erasure};
+
 use oubli_core::{CreateOptions, Store, DEFAULT_CELL_SIZE, SMALL_CELL_SIZE};
 use oubli_media::TearMode;
 use std::sync::Arc;
 
 const LARGE: u32 = DEFAULT_CELL_SIZE;
 const SMALL: u32 = SMALL_CELL_SIZE;
-
-fn bytes(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed.wrapping_add((i % 251) as u8))
-        .collect()
-}
-
-/// Bytes of sealed units an overwrite leaves to erase.
-fn pending_erasure(s: &Store) -> u64 {
-    s.status().unwrap().pending_erasure_bytes
-}
 
 #[test]
 fn streamed_files_keep_the_store_cells_and_sparse_ones_get_small_cells() {

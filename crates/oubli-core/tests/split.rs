@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::{bytes, pending_erasure};
+
 use oubli_core::{CreateOptions, Store, DEFAULT_CELL_SIZE};
 use oubli_media::TearMode;
 use std::sync::Arc;
@@ -10,17 +12,6 @@ const LARGE: u64 = DEFAULT_CELL_SIZE as u64;
 const MIB: usize = 1 << 20;
 /// A sealed unit's tag.
 const TAG: u64 = 16;
-
-fn bytes(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed.wrapping_add((i % 251) as u8))
-        .collect()
-}
-
-/// Sealed bytes of units an overwrite leaves to erase at the next commit.
-fn pending_erasure(s: &Store) -> u64 {
-    s.status().unwrap().pending_erasure_bytes
-}
 
 /// The units of data the live tree holds (fsck's count).
 fn cells(s: &Store) -> u64 {
@@ -33,6 +24,17 @@ fn write(s: &Store, oid: u64, model: &mut [u8], at: usize, data: &[u8]) {
     model[at..at + data.len()].copy_from_slice(data);
 }
 
+/// A store holding a 1 MiB object written as one stream (32 KiB cells),
+/// committed: the object and its content.
+fn streamed_file() -> (Store, u64, Vec<u8>) {
+    let s = common::store(CreateOptions::default());
+    let oid = s.create_object(b"").unwrap();
+    let model = bytes(1, MIB);
+    s.write(oid, 0, &model).unwrap();
+    s.commit().unwrap();
+    (s, oid, model)
+}
+
 fn no_problems(s: &Store) {
     let report = s.fsck(&mut |_| {}).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
@@ -40,11 +42,7 @@ fn no_problems(s: &Store) {
 
 #[test]
 fn a_random_write_splits_a_streamed_cell_and_later_ones_there_cost_a_small_cell() {
-    let s = common::store(CreateOptions::default());
-    let oid = s.create_object(b"").unwrap();
-    let mut model = bytes(1, MIB);
-    s.write(oid, 0, &model).unwrap();
-    s.commit().unwrap();
+    let (s, oid, mut model) = streamed_file();
     assert_eq!(s.cell_size_of(oid).unwrap() as u64, LARGE);
     assert_eq!(cells(&s), 32);
 
@@ -75,11 +73,7 @@ fn a_random_write_splits_a_streamed_cell_and_later_ones_there_cost_a_small_cell(
 
 #[test]
 fn a_stream_puts_split_cells_back_whole() {
-    let s = common::store(CreateOptions::default());
-    let oid = s.create_object(b"").unwrap();
-    let mut model = bytes(1, MIB);
-    s.write(oid, 0, &model).unwrap();
-    s.commit().unwrap();
+    let (s, oid, mut model) = streamed_file();
     for k in 0..32 {
         write(&s, oid, &mut model, k * 32_768 + 8192, &bytes(k as u8, 100));
     }
@@ -100,10 +94,7 @@ fn a_stream_puts_split_cells_back_whole() {
 
 #[test]
 fn a_stream_in_small_writes_over_a_file_does_not_split_it() {
-    let s = common::store(CreateOptions::default());
-    let oid = s.create_object(b"").unwrap();
-    s.write(oid, 0, &bytes(1, MIB)).unwrap();
-    s.commit().unwrap();
+    let (s, oid, _) = streamed_file();
     // `dd conv=notrunc bs=4k`: each write continues the last one.
     s.write(oid, 0, &bytes(2, 4096)).unwrap();
     for k in 1..256u64 {
@@ -116,11 +107,7 @@ fn a_stream_in_small_writes_over_a_file_does_not_split_it() {
 
 #[test]
 fn truncate_and_punch_cut_split_cells_to_the_byte() {
-    let s = common::store(CreateOptions::default());
-    let oid = s.create_object(b"").unwrap();
-    let mut model = bytes(1, MIB);
-    s.write(oid, 0, &model).unwrap();
-    s.commit().unwrap();
+    let (s, oid, mut model) = streamed_file();
     for k in 0..32 {
         write(
             &s,

@@ -22,6 +22,33 @@ struct Env {
 }
 
 impl Env {
+    /// `oubli status --json` of the mount at `mnt` (the live process's figures).
+    fn live_status(&self) -> serde_json::Value {
+        let out = self
+            .cmd()
+            .args(["status", "--json"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// A copy of the store directory and the vault file as they are now,
+    /// in `name` under the test's directory (what the adversary grabs).
+    fn copy_store_and_vault(&self, name: &str) -> PathBuf {
+        let copy = self.dir.path().join(name);
+        fs::create_dir(&copy).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&self.store)
+            .arg(&self.vault)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        copy
+    }
+
     fn new() -> Env {
         Env::with_key_scheme("parent-pointer")
     }
@@ -225,16 +252,7 @@ fn commit_and_sigusr1_erase_what_the_kernel_still_caches() {
     // commit's writeback, and 4 MiB over several files, whose WRITEs are
     // still queued or being served when the commit begins.
     let shapes = [(1, 8 << 10), (8, 512 << 10)];
-    let epoch = |env: &Env| -> u64 {
-        let out = env
-            .cmd()
-            .args(["status", "--json"])
-            .arg(&env.mnt)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["epoch"].as_u64().unwrap()
-    };
+    let epoch = |env: &Env| env.live_status()["epoch"].as_u64().unwrap();
     for (round, signal) in [(0usize, false), (1, true)] {
         // Detached for `oubli commit`; in the foreground for SIGUSR1 (its pid).
         let mut foreground = None;
@@ -289,16 +307,7 @@ fn commit_and_sigusr1_erase_what_the_kernel_still_caches() {
                     env.cmd().arg("commit").arg(&env.mnt).assert().success();
                 }
             }
-            let copy = env.dir.path().join(format!("copy-{round}-{k}"));
-            fs::create_dir(&copy).unwrap();
-            let copied = std::process::Command::new("cp")
-                .arg("-a")
-                .arg(&env.store)
-                .arg(&env.vault)
-                .arg(&copy)
-                .status()
-                .unwrap();
-            assert!(copied.success());
+            let copy = env.copy_store_and_vault(&format!("copy-{round}-{k}"));
             let found = common::recoverable_with(
                 &copy.join("store"),
                 &copy.join("vault"),
@@ -427,15 +436,6 @@ fn a_file_updated_in_place_splits_its_cells_and_erases_what_it_replaced() {
     }
     let env = Env::new();
     env.cmd().arg("mount").arg(&env.mnt).assert().success();
-    let status = |env: &Env| -> serde_json::Value {
-        let out = env
-            .cmd()
-            .args(["status", "--json"])
-            .arg(&env.mnt)
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
     // 256 blocks of 4 KiB, block i holding records of "file" 100 + i.
     let block = |id: usize| common::content(id, 4096);
     let mut model: Vec<u8> = (0..256).flat_map(|i| block(100 + i)).collect();
@@ -450,19 +450,10 @@ fn a_file_updated_in_place_splits_its_cells_and_erases_what_it_replaced() {
         model[i * 4096..(i + 1) * 4096].copy_from_slice(&block(500 + i));
     }
     file.sync_all().unwrap();
-    assert_eq!(status(&env)["cells_split"], 4);
+    assert_eq!(env.live_status()["cells_split"], 4);
     assert_eq!(fs::read(&path).unwrap(), model);
     env.cmd().arg("commit").arg(&env.mnt).assert().success();
-    let copy = env.dir.path().join("copy");
-    fs::create_dir(&copy).unwrap();
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&env.store)
-        .arg(&env.vault)
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let copy = env.copy_store_and_vault("copy");
     let old: Vec<usize> = replaced.iter().map(|i| 100 + i).collect();
     let new: Vec<usize> = replaced.iter().map(|i| 500 + i).collect();
     // Beside the replaced blocks, in the same split cells.
@@ -482,7 +473,7 @@ fn a_file_updated_in_place_splits_its_cells_and_erases_what_it_replaced() {
     let model: Vec<u8> = (0..256).flat_map(|i| block(700 + i)).collect();
     std::os::unix::fs::FileExt::write_all_at(&file, &model, 0).unwrap();
     file.sync_all().unwrap();
-    assert_eq!(status(&env)["cells_rejoined"], 4);
+    assert_eq!(env.live_status()["cells_rejoined"], 4);
     assert_eq!(fs::read(&path).unwrap(), model);
     drop(file);
     env.cmd().arg("umount").arg(&env.mnt).assert().success();

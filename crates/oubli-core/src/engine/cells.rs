@@ -99,16 +99,6 @@ impl Engine {
         {
             return Ok(true);
         }
-        let mut found = false;
-        self.tree.scan(
-            &cell_key(oid, 0),
-            &Key::new(oid, KIND_CELL + 1, 0),
-            &self.ctx,
-            &mut |_, _| {
-                found = true;
-                false
-            },
-        )?;
-        Ok(found)
+        self.any_key_in(cell_key(oid, 0), Key::new(oid, KIND_CELL + 1, 0))
     }
 }

@@ -900,6 +900,16 @@ impl Engine {
         Ok(keys)
     }
 
+    /// Whether the tree holds any key in `[from, to)`.
+    fn any_key_in(&self, from: Key, to: Key) -> Result<bool> {
+        let mut found = false;
+        self.tree.scan(&from, &to, &self.ctx, &mut |_, _| {
+            found = true;
+            false
+        })?;
+        Ok(found)
+    }
+
     /// Applies one op to the tree (and queues it for the log when `log`).
     fn apply(&mut self, op: Op, mut log: bool) -> Result<()> {
         match &op {

@@ -68,17 +68,7 @@ impl Engine {
         {
             return Ok(true);
         }
-        let mut found = false;
-        self.tree.scan(
-            &cell_key(oid, ids.start),
-            &cell_key(oid, ids.end),
-            &self.ctx,
-            &mut |_, _| {
-                found = true;
-                false
-            },
-        )?;
-        Ok(found)
+        self.any_key_in(cell_key(oid, ids.start), cell_key(oid, ids.end))
     }
 
     /// Whether a write at `offset` continues `oid`'s last write (a stream,

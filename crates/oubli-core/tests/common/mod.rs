@@ -62,3 +62,16 @@ pub fn reopen_read_only(medium: Arc<MemMedium>, vault: &Arc<MemoryVault>) -> Sto
     };
     Store::open(medium, vault.clone(), options).unwrap()
 }
+
+/// `len` bytes that tell `seed`s apart and repeat only every 251 bytes.
+pub fn bytes(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8))
+        .collect()
+}
+
+/// Bytes of sealed units the overwrites and deletions since the last
+/// commit leave to erase at the next.
+pub fn pending_erasure(s: &Store) -> u64 {
+    s.status().unwrap().pending_erasure_bytes
+}

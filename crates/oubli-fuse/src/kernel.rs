@@ -290,6 +290,15 @@ impl Filesystem for Kernel {
             // mtime and ctime, and sends them by setattr.
             let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }
+        // Set-id bits are dropped here, not by the kernel, on write,
+        // truncate and chown (`Fs::drop_privs_for`, `Fs::setattr`): the
+        // kernel then marks the super block SB_NOSEC, and stops asking for
+        // `security.capability` (a GETXATTR round trip) at every write(2)
+        // to a file that has none — more requests than the WRITEs
+        // themselves for buffered 4 KiB writes (FUSE.md, "Requests a
+        // write costs"). A write that must drop bits comes through
+        // unbuffered, flagged FUSE_WRITE_KILL_SUIDGID.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         Ok(())
     }
 
@@ -545,20 +554,25 @@ impl Filesystem for Kernel {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self
-            .on(ino.0)
-            .and_then(|(fs, oid, _)| fs.write(oid, offset, data))
-        {
+        // The writer lacks CAP_FSETID: its write drops the file's set-id
+        // bits, as a local file system's would (FUSE_HANDLE_KILLPRIV_V2).
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.on(ino.0).and_then(|(fs, oid, _)| {
+            if kill {
+                fs.drop_privs_for(oid, caller(req))?;
+            }
+            fs.write(oid, offset, data)
+        }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -816,6 +816,69 @@ fn read_only_mount() {
     assert_eq!(store.epoch(), epoch, "a read-only mount writes nothing");
 }
 
+/// Writes and truncates by a user without CAP_FSETID drop set-id bits as a
+/// local file system's do, root's keep them, and file capabilities go at
+/// a write, a truncate and a chown: the mount, not the kernel, does both
+/// (FUSE_HANDLE_KILLPRIV_V2, which spares a GETXATTR at every write(2)).
+#[test]
+fn writes_truncates_and_chowns_drop_set_id_bits_and_capabilities() {
+    let Some(m) = mounted() else { return };
+    let p = m.path("f");
+    fs::write(&p, vec![1u8; 8192]).unwrap();
+    std::os::unix::fs::chown(&p, Some(1000), Some(1000)).unwrap();
+    let set = |bits: u32| fs::set_permissions(&p, fs::Permissions::from_mode(bits)).unwrap();
+    let bits = || fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+    let write = || {
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"x", 100).unwrap();
+    };
+    let truncate = || {
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(4000).unwrap();
+    };
+    // Set-user-ID: dropped by the owner's write and truncate.
+    set(0o4666);
+    as_user(1000, 1000, write);
+    assert_eq!(bits(), 0o666, "set-user-ID kept by a write");
+    set(0o4666);
+    as_user(1000, 1000, truncate);
+    assert_eq!(bits(), 0o666, "set-user-ID kept by a truncate");
+    // Set-group-ID without group execute, writer in the group: kept.
+    set(0o2666);
+    as_user(1000, 1000, write);
+    assert_eq!(bits(), 0o2666, "set-group-ID dropped for a group member");
+    // Group-executable: dropped.
+    set(0o2676);
+    as_user(1000, 1000, write);
+    assert_eq!(bits(), 0o676, "group-executable set-group-ID kept");
+    // Root (CAP_FSETID) keeps both.
+    set(0o6666);
+    write();
+    truncate();
+    assert_eq!(bits(), 0o6666, "root's write dropped a set-id bit");
+    // File capabilities (cap_net_bind_service, revision 2) go at a write,
+    // a truncate and a chown, whoever makes them.
+    let caps: [u8; 20] = [0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    set(0o755);
+    let ways: [(&str, &dyn Fn()); 3] = [
+        ("write", &write),
+        ("truncate", &truncate),
+        ("chown", &|| {
+            std::os::unix::fs::chown(&p, Some(1001), None).unwrap()
+        }),
+    ];
+    for (way, change) in ways {
+        setxattr(&p, "security.capability", &caps, 0).unwrap();
+        assert_eq!(getxattr(&p, "security.capability", 64).unwrap(), caps);
+        change();
+        assert_eq!(
+            errno(getxattr(&p, "security.capability", 64)),
+            libc::ENODATA,
+            "file capabilities kept by a {way}"
+        );
+    }
+}
+
 /// fallocate, punch hole and zero range by an unprivileged user drop the
 /// set-id bits as a local file system does (set-user-ID always;
 /// set-group-ID when group-executable or the caller is outside the group);

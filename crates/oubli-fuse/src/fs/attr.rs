@@ -108,7 +108,7 @@ impl Fs {
         Ok(self.file_attr(ino, &st))
     }
 
-    pub(crate) fn setattr(&self, ino: u64, req: SetAttr, _caller: Caller) -> R<FileAttr> {
+    pub(crate) fn setattr(&self, ino: u64, req: SetAttr, caller: Caller) -> R<FileAttr> {
         self.writable()?;
         let _g = self.shared();
         let node = self.node(ino)?;
@@ -141,6 +141,15 @@ impl Fs {
                 self.store.truncate(ino, size).map_err(errno)?;
             }
             st.stored.set(None);
+            // A truncate by a caller without CAP_FSETID drops set-id bits
+            // as a write does, and file capabilities go whoever truncates:
+            // the kernel leaves both to the mount (FUSE_HANDLE_KILLPRIV_V2),
+            // and fuser does not pass on its FATTR_KILL_SUIDGID, so the
+            // set-id rule is applied here to every caller but root.
+            let set_id = req.mode.is_none() && Fs::drop_privs(&mut st, caller);
+            if set_id | Fs::drop_caps(&mut st) {
+                st.attr.ctime = now;
+            }
             erased = size < st.size;
             st.attr.unpreallocate(size, u64::MAX);
             if size != st.size || req.mtime.is_none() {
@@ -161,7 +170,9 @@ impl Fs {
             && req.mode.is_none()
             && st.attr.kind() != S_IFDIR
         {
-            // chown clears set-user-ID and (group-executable) set-group-ID, as the kernel would.
+            // chown clears set-user-ID and (group-executable) set-group-ID,
+            // and the file's capabilities, as the kernel would.
+            Fs::drop_caps(&mut st);
             let m = st.attr.mode;
             if m & S_ISUID != 0 || m & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP) {
                 st.attr.mode &= !(S_ISUID | S_ISGID);

@@ -299,7 +299,7 @@ impl Fs {
     /// (`file_remove_privs`): set-user-ID goes, and set-group-ID when the
     /// file is group-executable or the caller is outside its group — unless
     /// the caller is root (CAP_FSETID). Returns whether the mode changed.
-    fn drop_privs(st: &mut State, caller: Caller) -> bool {
+    pub(super) fn drop_privs(st: &mut State, caller: Caller) -> bool {
         let m = st.attr.mode;
         if caller.uid == 0 || m & (S_ISUID | S_ISGID) == 0 {
             return false;
@@ -310,6 +310,32 @@ impl Fs {
         }
         st.attr.mode &= !kill;
         kill != 0
+    }
+
+    /// A write by `caller`, who lacks CAP_FSETID, is coming (the kernel
+    /// flagged it FUSE_WRITE_KILL_SUIDGID): the file's set-id bits go by
+    /// the kernel's rule ([`Self::drop_privs`]), and its file capabilities
+    /// (`security.capability`) with them, as `file_remove_privs` would.
+    pub(crate) fn drop_privs_for(&self, ino: u64, caller: Caller) -> R<()> {
+        self.writable()?;
+        let node = self.node(ino)?;
+        let mut st = lock(&node.st);
+        st.changeable()?;
+        let dropped = Self::drop_privs(&mut st, caller) | Self::drop_caps(&mut st);
+        if !dropped {
+            return Ok(());
+        }
+        st.attr.ctime = Timestamp::now();
+        self.persist(ino, &mut st)?;
+        drop(st);
+        self.tell_kernel_attrs_changed(ino);
+        Ok(())
+    }
+
+    /// Removes the file's capabilities (`security.capability`); returns
+    /// whether it had any.
+    pub(super) fn drop_caps(st: &mut State) -> bool {
+        st.attr.xattrs.remove(&b"security.capability"[..]).is_some()
     }
 
     pub(crate) fn fallocate(

@@ -23,6 +23,7 @@ mod scheme_state;
 pub mod share;
 pub mod snapshot;
 mod superblock;
+pub use superblock::FORMAT_VERSION;
 pub mod tree;
 mod unit;
 pub mod vault;

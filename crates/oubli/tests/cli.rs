@@ -1071,7 +1071,10 @@ fn a_format_2_store_opens_and_upgrades() {
         .assert()
         .success();
     cmd().arg("commit").assert().success();
-    assert_eq!(version("super.a").max(version("super.b")), 6);
+    assert_eq!(
+        version("super.a").max(version("super.b")),
+        oubli_core::FORMAT_VERSION
+    );
     cmd()
         .args(["get", "--snapshot", "first", "hello", "-"])
         .assert()

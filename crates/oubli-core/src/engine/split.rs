@@ -54,12 +54,24 @@ pub(super) fn cell_ids_over(offset: u64, end: u64, cell_size: u32) -> Vec<Range<
 
 impl Engine {
     /// Whether large cell `cell` of `oid` (cell size `cs`) is split: some
-    /// of its small cells are buffered or in the tree.
+    /// of its small cells are buffered or in the tree. A buffered cell is
+    /// never split (a split takes only a sealed one, and puts it back whole
+    /// only through the tree): a stream's writes into its cell in memory
+    /// skip the lookup.
     pub(super) fn is_split(&self, oid: u64, cell: u64, cs: u32) -> Result<bool> {
-        if cs <= SMALL_CELL_SIZE {
+        if self.dirty.contains_key(&(oid, cell)) {
             return Ok(false);
         }
-        let ids = split_ids(cell, cs);
+        self.any_split(oid, cell..cell + 1, cs)
+    }
+
+    /// Whether any of the large cells `cells` of `oid` (cell size `cs`) is
+    /// split: one lookup for a run of them.
+    pub(super) fn any_split(&self, oid: u64, cells: Range<u64>, cs: u32) -> Result<bool> {
+        if cs <= SMALL_CELL_SIZE || cells.is_empty() {
+            return Ok(false);
+        }
+        let ids = split_ids(cells.start, cs).start..split_ids(cells.end - 1, cs).end;
         if self
             .dirty
             .range((oid, ids.start)..(oid, ids.end))
@@ -97,10 +109,7 @@ impl Engine {
         at_random: bool,
         prefetched: &mut Vec<Prefetched>,
     ) -> Result<bool> {
-        // A buffered cell is never split (a split takes only a sealed
-        // one, and puts it back whole only through the tree): a stream's
-        // writes into its cell in memory skip the lookup.
-        if self.dirty.contains_key(&(oid, cell)) || !self.is_split(oid, cell, cs)? {
+        if !self.is_split(oid, cell, cs)? {
             if let Some(c) = self.splits(oid, cell, cs, from, chunk.len() as u32, at_random)? {
                 match self.split_cell(oid, cell, cs, c, from, chunk, prefetched) {
                     // No room for the small cells (nothing appended, the

@@ -401,6 +401,11 @@ impl Engine {
         // Borrowed: the run lets go of them all when dropped (`placed` again
         // for those in the tree is nothing), whether this ends well or not.
         let mut key_refs = run.key_refs.iter();
+        // One lookup for the run (most rewrites cross no split cell), then
+        // one per cell only if it does.
+        let old_cells = run.first_cell
+            ..(run.first_cell + count as u64).min(old_size.div_ceil(u64::from(run.cell_size)));
+        let rejoins = self.any_split(oid, old_cells.clone(), run.cell_size)?;
         let mut groups = Vec::new();
         let mut i = 0;
         while i < count {
@@ -433,7 +438,7 @@ impl Engine {
                 let cell = run.first_cell + (i + k) as u64;
                 let key = key_refs.next().expect("one key per unit").clone();
                 self.take_dirty(oid, cell);
-                if cell * u64::from(run.cell_size) < old_size {
+                if rejoins && old_cells.contains(&cell) {
                     // Written whole again: a split cell is put back whole
                     // (`split.rs`), its small cells dropped in this batch.
                     self.rejoin(oid, cell, run.cell_size)?;

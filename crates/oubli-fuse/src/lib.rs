@@ -31,11 +31,11 @@
 
 mod atime;
 pub use atime::mount_flags;
+pub mod bdi;
 mod fs;
 mod kernel;
 pub mod meta;
 mod options;
-pub mod readahead;
 mod snapdir;
 
 pub use fs::{SENSITIVE_XATTR, SHARE_XATTR};
@@ -689,6 +689,11 @@ pub fn mount(
             "-o readahead needs root (the window is set through sysfs): mount as root, or leave it out".into(),
         ));
     }
+    if options.dirty_share.is_some() && !root {
+        return Err(Error::Options(
+            "-o dirty_share needs root (the share is set through sysfs): mount as root, or leave it out".into(),
+        ));
+    }
     let mountpoint = mountpoint.as_ref().to_path_buf();
     let snaps = snapdir::Snapdir::new(store.clone(), &options);
     let fs = Arc::new(Fs::new(store, &options)?);
@@ -719,16 +724,34 @@ pub fn mount(
             return Err(Error::Mount(e));
         }
     }
-    // The window the kernel gives a FUSE mount is too small for sequential
-    // reads (readahead.rs); unasked, raising it is best effort.
-    let window = options
+    // The kernel's readahead window and dirty-page share for a FUSE mount
+    // are too small (bdi.rs); unasked, raising them is best effort.
+    let readahead = options
         .readahead_kib
         .or(root.then_some(kernel::MAX_IO / 1024));
-    if let Some(kib) = window.filter(|&k| k > 0) {
-        if let Err(e) = readahead::set(&session.mountpoint, kib) {
-            if options.readahead_kib.is_some() {
+    let dirty_share = options
+        .dirty_share
+        .or(root.then_some(bdi::DEFAULT_DIRTY_SHARE));
+    let settings: [(_, _, fn(&Path, u32) -> io::Result<()>); 2] = [
+        (
+            "readahead",
+            options.readahead_kib.is_some(),
+            bdi::set_readahead,
+        ),
+        (
+            "dirty_share",
+            options.dirty_share.is_some(),
+            bdi::set_dirty_share,
+        ),
+    ];
+    for ((name, asked, set), value) in settings.into_iter().zip([readahead, dirty_share]) {
+        let Some(value) = value.filter(|&v| v > 0) else {
+            continue;
+        };
+        if let Err(e) = set(&session.mountpoint, value) {
+            if asked {
                 let _ = session.unmount();
-                let why = format!("-o readahead={kib}: {e}");
+                let why = format!("-o {name}={value}: {e}");
                 return Err(Error::Mount(io::Error::new(e.kind(), why)));
             }
         }

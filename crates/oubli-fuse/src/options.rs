@@ -46,8 +46,13 @@ pub struct MountOptions {
     /// The mount's readahead window in KiB (`-o readahead=KIB`; 0 leaves the
     /// kernel's 128 KiB). Unset: 1 MiB when mounting as root, else the
     /// kernel's (the window is set through sysfs, which needs root; see
-    /// `readahead.rs`). Set explicitly, it needs root.
+    /// `bdi.rs`). Set explicitly, it needs root.
     pub readahead_kib: Option<u32>,
+    /// The mount's share of the system's dirty-page limit in percent
+    /// (`-o dirty_share=PERCENT`, 1 to 100; 0 leaves the kernel's 1 %).
+    /// Unset: [`crate::bdi::DEFAULT_DIRTY_SHARE`] when mounting as root,
+    /// else the kernel's. Set explicitly, it needs root (sysfs).
+    pub dirty_share: Option<u32>,
     /// List `.snapshots` in the root directory (`-o snapdir=visible`); by
     /// default it is hidden from listings but reachable by name, like ZFS's `.zfs`.
     pub snapdir_visible: bool,
@@ -89,6 +94,7 @@ impl Default for MountOptions {
             suid: false,
             atime: Vec::new(),
             readahead_kib: None,
+            dirty_share: None,
             snapdir_visible: false,
             writeback_cache: kernel_waits_for_fuse_writeback(),
             extra: Vec::new(),
@@ -160,6 +166,13 @@ impl MountOptions {
                         return Err(format!("-o {opt}: at most {MAX_READAHEAD_KIB} KiB"));
                     }
                     self.readahead_kib = Some(kib as u32);
+                }
+                "dirty_share" => {
+                    let percent = number("percent")?;
+                    if percent > 100 {
+                        return Err(format!("-o {opt}: at most 100 (percent)"));
+                    }
+                    self.dirty_share = Some(percent as u32);
                 }
                 "snapdir" => {
                     self.snapdir_visible = match value {

@@ -954,7 +954,7 @@ fn the_readahead_window_is_raised_and_takes_an_option() {
         let mut o = default_options();
         o.parse(opts).unwrap();
         let m = Mounted::new(mem_store(), o);
-        oubli_fuse::readahead::get(&m.mnt).unwrap()
+        oubli_fuse::bdi::readahead(&m.mnt).unwrap()
     };
     assert!(default_options().parse("readahead=65537").is_err());
     assert!(default_options().parse("readahead=lots").is_err());
@@ -972,6 +972,38 @@ fn the_readahead_window_is_raised_and_takes_an_option() {
     assert_eq!(window("readahead=256"), 256);
     assert_eq!(window("readahead=4096"), 4096);
     assert_eq!(window("readahead=0"), 128, "the kernel's window");
+}
+
+/// The mount's share of the system's dirty-page limit: the kernel gives
+/// every FUSE mount 1 %; as root the mount takes 10 % unasked and what
+/// `-o dirty_share=PERCENT` says (0: the kernel's). Without root the option
+/// is refused rather than silently ignored.
+#[test]
+fn the_dirty_page_share_is_raised_and_takes_an_option() {
+    if !fuse_available() {
+        return;
+    }
+    let share = |opts: &str| {
+        let mut o = default_options();
+        o.parse(opts).unwrap();
+        let m = Mounted::new(mem_store(), o);
+        oubli_fuse::bdi::dirty_share(&m.mnt).unwrap()
+    };
+    assert!(default_options().parse("dirty_share=101").is_err());
+    assert!(default_options().parse("dirty_share=half").is_err());
+    // SAFETY: FFI call without arguments that cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        let mut o = default_options();
+        o.parse("dirty_share=5").unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let refused = oubli_fuse::mount(mem_store(), tmp.path(), o);
+        assert!(matches!(refused, Err(oubli_fuse::Error::Options(_))));
+        assert_eq!(share(""), 1, "left as the kernel gives it");
+        return;
+    }
+    assert_eq!(share(""), oubli_fuse::bdi::DEFAULT_DIRTY_SHARE);
+    assert_eq!(share("dirty_share=25"), 25);
+    assert_eq!(share("dirty_share=0"), 1, "the kernel's share");
 }
 
 /// Access-time options are mount flags (not FUSE data options): accepted,

@@ -732,29 +732,32 @@ pub fn mount(
     let dirty_share = options
         .dirty_share
         .or(root.then_some(bdi::DEFAULT_DIRTY_SHARE));
-    let settings: [(_, _, fn(&Path, u32) -> io::Result<()>); 2] = [
-        (
-            "readahead",
-            options.readahead_kib.is_some(),
-            bdi::set_readahead,
-        ),
-        (
-            "dirty_share",
-            options.dirty_share.is_some(),
-            bdi::set_dirty_share,
-        ),
-    ];
-    for ((name, asked, set), value) in settings.into_iter().zip([readahead, dirty_share]) {
-        let Some(value) = value.filter(|&v| v > 0) else {
-            continue;
-        };
-        if let Err(e) = set(&session.mountpoint, value) {
-            if asked {
-                let _ = session.unmount();
-                let why = format!("-o {name}={value}: {e}");
-                return Err(Error::Mount(io::Error::new(e.kind(), why)));
+    let set_up =
+        |name: &str, asked: bool, value: Option<u32>, set: fn(&Path, u32) -> io::Result<()>| {
+            let Some(value) = value.filter(|&v| v > 0) else {
+                return Ok(());
+            };
+            match set(&session.mountpoint, value) {
+                Err(e) if asked => {
+                    let why = format!("-o {name}={value}: {e}");
+                    Err(Error::Mount(io::Error::new(e.kind(), why)))
+                }
+                _ => Ok(()),
             }
-        }
+        };
+    let asked_readahead = options.readahead_kib.is_some();
+    let asked_share = options.dirty_share.is_some();
+    let set = set_up("readahead", asked_readahead, readahead, bdi::set_readahead).and_then(|()| {
+        set_up(
+            "dirty_share",
+            asked_share,
+            dirty_share,
+            bdi::set_dirty_share,
+        )
+    });
+    if let Err(e) = set {
+        let _ = session.unmount();
+        return Err(e);
     }
     Ok(session)
 }

@@ -941,69 +941,82 @@ fn fallocate_by_an_unprivileged_user_drops_set_id_bits() {
     }
 }
 
-/// The mount's readahead window: the kernel gives every FUSE mount 128 KiB;
-/// as root the mount raises it to 1 MiB unasked and sets what
-/// `-o readahead=KIB` says (0: the kernel's). Without root the option is
-/// refused rather than silently ignored.
-#[test]
-fn the_readahead_window_is_raised_and_takes_an_option() {
-    if !fuse_available() {
-        return;
-    }
-    let window = |opts: &str| {
-        let mut o = default_options();
-        o.parse(opts).unwrap();
-        let m = Mounted::new(mem_store(), o);
-        oubli_fuse::bdi::readahead(&m.mnt).unwrap()
-    };
-    assert!(default_options().parse("readahead=65537").is_err());
-    assert!(default_options().parse("readahead=lots").is_err());
-    // SAFETY: FFI call without arguments that cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let mut o = default_options();
-        o.parse("readahead=256").unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        let refused = oubli_fuse::mount(mem_store(), tmp.path(), o);
-        assert!(matches!(refused, Err(oubli_fuse::Error::Options(_))));
-        assert_eq!(window(""), 128, "left as the kernel gives it");
-        return;
-    }
-    assert_eq!(window(""), 1024);
-    assert_eq!(window("readahead=256"), 256);
-    assert_eq!(window("readahead=4096"), 4096);
-    assert_eq!(window("readahead=0"), 128, "the kernel's window");
+/// A setting of the mount's backing device (bdi.rs) as the mount meets it:
+/// `get` reads it through sysfs; the kernel gives every FUSE mount
+/// `kernel`; as root the mount sets `raised` unasked and each of `asked`
+/// (option, value) when told (value 0: the kernel's); `invalid` options are
+/// refused when parsed; without root an explicit option is refused rather
+/// than silently ignored, and the kernel's value stays.
+struct DeviceSetting {
+    get: fn(&Path) -> std::io::Result<u32>,
+    kernel: u32,
+    raised: u32,
+    asked: &'static [(&'static str, u32)],
+    invalid: &'static [&'static str],
 }
 
-/// The mount's share of the system's dirty-page limit: the kernel gives
-/// every FUSE mount 1 %; as root the mount takes 10 % unasked and what
-/// `-o dirty_share=PERCENT` says (0: the kernel's). Without root the option
-/// is refused rather than silently ignored.
+impl DeviceSetting {
+    fn check(&self) {
+        if !fuse_available() {
+            return;
+        }
+        let value = |opts: &str| {
+            let mut o = default_options();
+            o.parse(opts).unwrap();
+            let m = Mounted::new(mem_store(), o);
+            (self.get)(&m.mnt).unwrap()
+        };
+        for bad in self.invalid {
+            assert!(default_options().parse(bad).is_err(), "{bad} accepted");
+        }
+        // SAFETY: FFI call without arguments that cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            let mut o = default_options();
+            o.parse(self.asked[0].0).unwrap();
+            let tmp = tempfile::tempdir().unwrap();
+            let refused = oubli_fuse::mount(mem_store(), tmp.path(), o);
+            assert!(matches!(refused, Err(oubli_fuse::Error::Options(_))));
+            assert_eq!(value(""), self.kernel, "left as the kernel gives it");
+            return;
+        }
+        assert_eq!(value(""), self.raised, "not raised unasked");
+        for &(opts, want) in self.asked {
+            let want = if want == 0 { self.kernel } else { want };
+            assert_eq!(value(opts), want, "-o {opts}");
+        }
+    }
+}
+
+/// The readahead window: 128 KiB from the kernel, 1 MiB as root,
+/// `-o readahead=KIB`.
+#[test]
+fn the_readahead_window_is_raised_and_takes_an_option() {
+    DeviceSetting {
+        get: oubli_fuse::bdi::readahead,
+        kernel: 128,
+        raised: 1024,
+        asked: &[
+            ("readahead=256", 256),
+            ("readahead=4096", 4096),
+            ("readahead=0", 0),
+        ],
+        invalid: &["readahead=65537", "readahead=lots"],
+    }
+    .check();
+}
+
+/// The share of the system's dirty-page limit: 1 % from the kernel, 10 %
+/// as root, `-o dirty_share=PERCENT`.
 #[test]
 fn the_dirty_page_share_is_raised_and_takes_an_option() {
-    if !fuse_available() {
-        return;
+    DeviceSetting {
+        get: oubli_fuse::bdi::dirty_share,
+        kernel: 1,
+        raised: oubli_fuse::bdi::DEFAULT_DIRTY_SHARE,
+        asked: &[("dirty_share=25", 25), ("dirty_share=0", 0)],
+        invalid: &["dirty_share=101", "dirty_share=half"],
     }
-    let share = |opts: &str| {
-        let mut o = default_options();
-        o.parse(opts).unwrap();
-        let m = Mounted::new(mem_store(), o);
-        oubli_fuse::bdi::dirty_share(&m.mnt).unwrap()
-    };
-    assert!(default_options().parse("dirty_share=101").is_err());
-    assert!(default_options().parse("dirty_share=half").is_err());
-    // SAFETY: FFI call without arguments that cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let mut o = default_options();
-        o.parse("dirty_share=5").unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        let refused = oubli_fuse::mount(mem_store(), tmp.path(), o);
-        assert!(matches!(refused, Err(oubli_fuse::Error::Options(_))));
-        assert_eq!(share(""), 1, "left as the kernel gives it");
-        return;
-    }
-    assert_eq!(share(""), oubli_fuse::bdi::DEFAULT_DIRTY_SHARE);
-    assert_eq!(share("dirty_share=25"), 25);
-    assert_eq!(share("dirty_share=0"), 1, "the kernel's share");
+    .check();
 }
 
 /// Access-time options are mount flags (not FUSE data options): accepted,

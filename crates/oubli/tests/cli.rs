@@ -1439,6 +1439,54 @@ fn as_nobody(args: &[&std::ffi::OsStr]) -> std::process::Command {
     cmd
 }
 
+/// Mount options that need root (set through sysfs, or refused by
+/// fusermount3 to other users) are refused to another user as a usage error
+/// (exit 2) that names what needs root, and nothing is mounted — as
+/// docs/CLI.md says. (They used to exit 1, blaming a mount point in use.)
+#[test]
+fn root_only_mount_options_are_refused_to_other_users_with_exit_2() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix_is_root() || !Path::new("/usr/bin/setpriv").exists() || !Path::new("/dev/fuse").exists()
+    {
+        eprintln!("skipped: needs root, setpriv (util-linux) and /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    for d in [dir.path(), &mnt] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let bin = assert_cmd::cargo::cargo_bin("oubli");
+    let run = |args: &[&str]| {
+        let mut argv: Vec<&std::ffi::OsStr> = vec![bin.as_os_str()];
+        argv.extend(args.iter().map(std::ffi::OsStr::new));
+        as_nobody(&argv)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env("OUBLI_STORE", dir.path().join("store"))
+            .env("OUBLI_VAULT", dir.path().join("vault"))
+            .env("OUBLI_PASSWORD", PASSWORD)
+            .output()
+            .unwrap()
+    };
+    let init = run(&["init", "--kdf-memory", "1", "--kdf-iterations", "1"]);
+    assert!(init.status.success(), "{init:?}");
+    let mounted = || {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == mnt.to_str())
+    };
+    for opt in ["dirty_share=5", "readahead=256", "dev", "suid"] {
+        let out = run(&["mount", "-o", opt, mnt.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-o {opt}: {err}");
+        assert!(err.contains("root"), "-o {opt}: {err}");
+        assert!(!mounted(), "-o {opt}: mounted anyway");
+    }
+}
+
 /// Issue 40 item 3: another local user cannot take the store's lock files
 /// (the command's `lock`, the medium's `oubli-medium`) and so cannot hold
 /// off the owner's commits: not through a store directory as `init` makes

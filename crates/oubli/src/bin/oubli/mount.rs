@@ -438,6 +438,8 @@ fn serve(
     let read_only = opts.read_only;
     let session = oubli_fuse::mount(store.clone(), &mountpoint, opts).map_err(|e| match e {
         oubli_fuse::Error::Store(e) => g.fail(e),
+        // An option the mount refuses (one that needs root, for another user).
+        e @ oubli_fuse::Error::Options(_) => Failure::usage(e.to_string()),
         other => Failure::new(
             exit::UNEXPECTED,
             other.to_string(),

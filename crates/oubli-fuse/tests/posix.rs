@@ -836,21 +836,27 @@ fn writes_truncates_and_chowns_drop_set_id_bits_and_capabilities() {
         let f = OpenOptions::new().write(true).open(&p).unwrap();
         f.set_len(4000).unwrap();
     };
-    // Set-user-ID: dropped by the owner's write and truncate.
-    set(0o4666);
-    as_user(1000, 1000, write);
-    assert_eq!(bits(), 0o666, "set-user-ID kept by a write");
-    set(0o4666);
-    as_user(1000, 1000, truncate);
-    assert_eq!(bits(), 0o666, "set-user-ID kept by a truncate");
-    // Set-group-ID without group execute, writer in the group: kept.
-    set(0o2666);
-    as_user(1000, 1000, write);
-    assert_eq!(bits(), 0o2666, "set-group-ID dropped for a group member");
-    // Group-executable: dropped.
-    set(0o2676);
-    as_user(1000, 1000, write);
-    assert_eq!(bits(), 0o676, "group-executable set-group-ID kept");
+    // By the owner (uid 1000, in the file's group): (mode before, change,
+    // mode after, what went wrong otherwise).
+    let by_owner: [(u32, &dyn Fn(), u32, &str); 4] = [
+        // Set-user-ID: dropped by a write and a truncate.
+        (0o4666, &write, 0o666, "set-user-ID kept by a write"),
+        (0o4666, &truncate, 0o666, "set-user-ID kept by a truncate"),
+        // Set-group-ID without group execute, writer in the group: kept.
+        (
+            0o2666,
+            &write,
+            0o2666,
+            "set-group-ID dropped for a group member",
+        ),
+        // Group-executable: dropped.
+        (0o2676, &write, 0o676, "group-executable set-group-ID kept"),
+    ];
+    for (before, change, after, why) in by_owner {
+        set(before);
+        as_user(1000, 1000, change);
+        assert_eq!(bits(), after, "{why}");
+    }
     // Root (CAP_FSETID) keeps both.
     set(0o6666);
     write();

@@ -628,13 +628,21 @@ impl Filesystem for Kernel {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel keeps a live directory's listing across opens and
+        // drops it at every change it makes there and at every change it
+        // is told of (fs/notify.rs); snapshots change without it (docs/FUSE.md,
+        // "The kernel's caches").
+        let keep = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
         let opened = if ino.0 == SNAPDIR_INO {
-            Ok(0) // listed afresh at every readdir from offset 0
+            Ok((0, FopenFlags::empty())) // listed afresh at every readdir from offset 0
         } else {
-            self.on(ino.0).and_then(|(fs, oid, _)| fs.opendir(oid))
+            self.on(ino.0).and_then(|(fs, oid, slot)| {
+                let flags = if slot == 0 { keep } else { FopenFlags::empty() };
+                fs.opendir(oid).map(|fh| (fh, flags))
+            })
         };
         match opened {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
     }

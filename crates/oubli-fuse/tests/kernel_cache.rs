@@ -1,9 +1,11 @@
-//! The kernel's caches (names, attributes, pages, listings) against removals it does not make itself: a redaction through the control path, a snapshot removed. A stale name disappears at once and its data never reads again (docs/FUSE.md, "The kernel's caches").
+//! The kernel's caches (names, attributes, pages, listings) against removals it does not make itself: a redaction through the control path, a snapshot removed; a listing the kernel keeps across opens, reset under a reader halfway through it. A stale name disappears at once and its data never reads again (docs/FUSE.md, "The kernel's caches").
 
 mod common;
 use common::*;
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -153,4 +155,111 @@ fn a_removed_snapshot_leaves_the_kernel_caches_at_once() {
         String::from_utf8_lossy(&buf)
     );
     assert_eq!(fs::read(p("dir/f")).unwrap(), b"SECRET in a snapshot");
+}
+
+/// The names one `getdents64` call on `dir` gives, at most about `bytes`
+/// of them (`.` and `..` left out); empty at the end of the listing.
+fn next_names(dir: &File, bytes: usize) -> Vec<String> {
+    let mut buf = vec![0u8; bytes];
+    // SAFETY: FFI: the kernel writes at most `buf.len()` bytes into `buf`,
+    // which outlives the call, through a descriptor `dir` keeps open.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            dir.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    assert!(n >= 0, "getdents64: {}", std::io::Error::last_os_error());
+    let (mut at, mut names) = (0, Vec::new());
+    while at < n as usize {
+        // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+        let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        let name = &buf[at + 19..at + reclen];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap()];
+        if name != b"." && name != b".." {
+            names.push(String::from_utf8(name.to_vec()).unwrap());
+        }
+        at += reclen;
+    }
+    names
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
+/// The kernel keeps a directory's listing across opens (FOPEN_CACHE_DIR).
+/// A reader halfway through it removes the names it has read; another
+/// reader then lists the changed directory, which makes the kernel drop
+/// the old listing and take a new one; the first reader goes on from
+/// where it stopped. It gets every name that was never removed exactly
+/// once (what POSIX promises, and what `rm -rf` of a large directory needs:
+/// with offsets that were positions in a listing it went on at the same
+/// position of the new, shorter one and skipped as many names as had gone),
+/// and the second reader none of the removed names.
+#[test]
+fn a_listing_reset_halfway_by_another_reader_loses_no_name() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::new(mem_store(), default_options());
+    let dir = m.path("big");
+    fs::create_dir(&dir).unwrap();
+    let all: HashSet<String> = (0..400).map(|i| format!("name-{i:04}")).collect();
+    for n in &all {
+        File::create(dir.join(n)).unwrap();
+    }
+    assert_eq!(
+        listing(&dir).len(),
+        all.len(),
+        "the listing the kernel keeps"
+    );
+
+    let reader = File::open(&dir).unwrap();
+    let mut seen = next_names(&reader, 1024);
+    assert!(
+        !seen.is_empty() && seen.len() < all.len() / 4,
+        "{}",
+        seen.len()
+    );
+    let removed: HashSet<String> = seen.iter().cloned().collect();
+    for n in &removed {
+        fs::remove_file(dir.join(n)).unwrap();
+    }
+    let survivors: HashSet<String> = all.difference(&removed).cloned().collect();
+    let relisted = listing(&dir);
+    assert_eq!(
+        relisted.len(),
+        survivors.len(),
+        "the second reader's listing"
+    );
+    assert!(
+        relisted.iter().all(|n| survivors.contains(n)),
+        "a removed name listed"
+    );
+
+    loop {
+        let more = next_names(&reader, 1024);
+        if more.is_empty() {
+            break;
+        }
+        seen.extend(more);
+    }
+    let mut once = HashSet::new();
+    let twice: Vec<_> = seen.iter().filter(|n| !once.insert(n.as_str())).collect();
+    assert!(twice.is_empty(), "listed twice: {twice:?}");
+    let lost: Vec<_> = survivors
+        .iter()
+        .filter(|n| !once.contains(n.as_str()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} names never listed: {lost:?}",
+        lost.len()
+    );
 }

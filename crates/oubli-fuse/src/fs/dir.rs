@@ -10,10 +10,45 @@ use std::sync::Arc;
 /// Prefix of the names a `RENAME_EXCHANGE` parks one side under while it swaps (visible, so a crash loses nothing).
 const EXCHANGE_PREFIX: &str = ".oubli-exchange-";
 
-/// An open directory: its listing, taken once per handle (readdir pages through it).
+/// An open directory: its listing, taken at the first page and at every
+/// rewind, each entry beside its offset, in offset order (readdir pages
+/// through it).
 pub(super) struct DirHandle {
     oid: u64,
-    entries: Option<Arc<Vec<DirEntry>>>,
+    entries: Option<Arc<Vec<(u64, DirEntry)>>>,
+}
+
+/// Where a listing continues after `.` and after `..`; every other name's
+/// offset is [`DirOffsets::of`] it.
+const DOT_OFFSET: u64 = 1;
+const DOTDOT_OFFSET: u64 = 2;
+
+/// The offset of each name in a listing: a keyed hash of the name, so that
+/// it does not move when other names come and go. The kernel keeps a
+/// directory's listing across opens (`FOPEN_CACHE_DIR`, kernel.rs opendir)
+/// and, when it has lost the cached pages or another reader has reset them
+/// (also halfway through a listing), asks on from the offset it stopped at
+/// with a handle whose own listing may be older or newer than the pages it
+/// served; an index into a listing would then skip or repeat names that
+/// outlived the change (`rm -rf` of a large directory read its first names
+/// from the cache and stopped with ENOTEMPTY). The key is random per mount,
+/// so no one can choose names whose offsets collide: two names of one
+/// directory share an offset with chance about n²/2⁶⁴, and then a page
+/// that ends between them loses the second (ext4's hashed directories, with
+/// their 64-bit offsets, make the same trade).
+pub(super) struct DirOffsets(std::collections::hash_map::RandomState);
+
+impl DirOffsets {
+    pub(super) fn new() -> Self {
+        Self(std::collections::hash_map::RandomState::new())
+    }
+
+    /// In `3..2⁶³`: the kernel's directory position is a signed 64-bit
+    /// offset, and `0..=2` are the start, `.` and `..`.
+    fn of(&self, name: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        (self.0.hash_one(name) >> 1).max(DOTDOT_OFFSET + 1)
+    }
 }
 
 pub(crate) struct DirEntry {
@@ -607,21 +642,41 @@ impl Fs {
         let entries = match cached {
             Some(e) => e,
             None => {
-                // Taken once per handle (and on rewind): the listing is O(n),
-                // every later page is a slice of it.
-                let e = Arc::new(self.listing(ino)?);
+                // Taken at the first page (and on rewind, and when the
+                // kernel continues with a handle it listed nothing with):
+                // the listing is O(n log n), every later page a slice of it.
+                let e = Arc::new(self.listing_in_offset_order(ino)?);
                 if let Some(h) = lock(&self.dirs).get_mut(&fh) {
                     h.entries = Some(e.clone());
                 }
                 e
             }
         };
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            if add(e, i as u64 + 1) {
+        let from = entries.partition_point(|(at, _)| *at <= offset);
+        for (at, e) in &entries[from..] {
+            if add(e, *at) {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// The listing of `ino`, each entry beside its offset, in offset order.
+    fn listing_in_offset_order(&self, ino: u64) -> R<Vec<(u64, DirEntry)>> {
+        let mut out: Vec<(u64, DirEntry)> = self
+            .listing(ino)?
+            .into_iter()
+            .map(|e| {
+                let at = match e.name.as_slice() {
+                    b"." => DOT_OFFSET,
+                    b".." => DOTDOT_OFFSET,
+                    name => self.dir_offsets.of(name),
+                };
+                (at, e)
+            })
+            .collect();
+        out.sort_unstable_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        Ok(out)
     }
 
     fn listing(&self, ino: u64) -> R<Vec<DirEntry>> {

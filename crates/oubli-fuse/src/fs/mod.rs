@@ -31,7 +31,7 @@ mod tests;
 
 pub(crate) use attr::SetAttr;
 pub(crate) use dir::DirEntry;
-use dir::DirHandle;
+use dir::{DirHandle, DirOffsets};
 use inodes::Inodes;
 use io::{net_of_overhead, AtimeMode};
 
@@ -184,6 +184,8 @@ pub(crate) struct Fs {
     gate: RwLock<()>,
     table: Mutex<Inodes>,
     dirs: Mutex<HashMap<u64, DirHandle>>,
+    /// Where each name sits in a listing (dir.rs).
+    dir_offsets: DirOffsets,
     next_fh: AtomicU64,
     orphans: u64,
     owner: (u32, u32),
@@ -315,6 +317,7 @@ impl Fs {
             gate: RwLock::new(()),
             table: Mutex::new(Inodes::default()),
             dirs: Mutex::new(HashMap::new()),
+            dir_offsets: DirOffsets::new(),
             next_fh: AtomicU64::new(1),
             orphans: record.orphans,
             owner,

@@ -29,8 +29,29 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// The time a change made now is stamped with: the kernel's coarse
+    /// clock (`CLOCK_REALTIME_COARSE`, which moves once a tick), the clock
+    /// the kernel stamps its own changes with (`current_time`) — the file
+    /// times it keeps under the writeback cache, and every local file
+    /// system's. A file created and written within one tick then keeps the
+    /// times its creation gave it, so the kernel has no new ones to send at
+    /// close (one `SETATTR` less per new file); with a finer clock here, the
+    /// kernel's first write stamped a time up to a tick *before* the
+    /// creation and sent it back.
     pub fn now() -> Timestamp {
-        Timestamp::from_system(SystemTime::now())
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: FFI: clock_gettime writes one timespec into `ts`, which
+        // outlives the call.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
+            return Timestamp::from_system(SystemTime::now());
+        }
+        Timestamp {
+            secs: ts.tv_sec,
+            nanos: ts.tv_nsec as u32,
+        }
     }
 
     pub fn from_system(t: SystemTime) -> Timestamp {

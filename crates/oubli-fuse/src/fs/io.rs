@@ -177,15 +177,10 @@ impl Fs {
             AtimeMode::Never => false,
             AtimeMode::Strict => true,
             AtimeMode::Relative => {
-                // With the writeback cache mtime and ctime come from the
-                // kernel's coarse clock (a tick, at most 10 ms behind ours):
-                // a change stamped in the tick of the creation looks older
-                // than the creation's access time. Within a tick it counts
-                // as later, as it was.
-                let slack: i128 = if self.writeback { 10_000_000 } else { 0 };
-                let ns = |t: &Timestamp| i128::from(t.secs) * 1_000_000_000 + i128::from(t.nanos);
-                let atime = ns(&a.atime) - slack;
-                atime <= ns(&a.mtime) || atime <= ns(&a.ctime) || now.secs - a.atime.secs >= 86_400
+                // One clock stamps all three (the kernel's coarse clock,
+                // Timestamp::now), so a change in the tick of the last
+                // access shows the same time, and counts as later.
+                a.atime <= a.mtime || a.atime <= a.ctime || now.secs - a.atime.secs >= 86_400
             }
         };
         if due && !self.read_only {

@@ -4,7 +4,7 @@
 //! file system, `.snapshots`, or one snapshot's read-only file system, whose
 //! replies carry their inode numbers translated back.
 
-use crate::fs::{Caller, DirEntry, Fs, SetAttr, NAME_MAX, R};
+use crate::fs::{after_offset, Caller, DirEntry, Fs, SetAttr, NAME_MAX, R};
 use crate::meta::Timestamp;
 use crate::snapdir::{self, attr_in, in_snapshot, Place, Snapdir, SNAPDIR_INO, SNAPDIR_NAME};
 use fuser::{
@@ -172,8 +172,11 @@ impl Kernel {
         }
     }
 
-    /// `.snapshots`' listing: `.`, `..`, then one directory per snapshot.
-    fn snapdir_listing(&self) -> R<Vec<DirEntry>> {
+    /// `.snapshots`' listing: `.`, `..`, then one directory per snapshot,
+    /// each beside its offset (a hash of its name, as in every listing:
+    /// a snapshot removed while a reader pages through the listing moves
+    /// no other name), in offset order.
+    fn snapdir_listing(&self) -> R<Vec<(u64, DirEntry)>> {
         let mut out = vec![
             DirEntry {
                 ino: SNAPDIR_INO,
@@ -193,7 +196,7 @@ impl Kernel {
                 name,
             });
         }
-        Ok(out)
+        Ok(self.fs.in_offset_order(out))
     }
 }
 
@@ -666,8 +669,8 @@ impl Filesystem for Kernel {
         };
         let r = if ino.0 == SNAPDIR_INO {
             self.snapdir_listing().map(|entries| {
-                for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-                    if add(e, i as u64 + 1, 0, false) {
+                for (at, e) in after_offset(&entries, offset) {
+                    if add(e, *at, 0, false) {
                         break;
                     }
                 }
@@ -736,8 +739,8 @@ impl Filesystem for Kernel {
         };
         let r = if ino.0 == SNAPDIR_INO {
             self.snapdir_listing().map(|entries| {
-                for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-                    if add(e.ino, &e.name, i as u64 + 1, &|| {
+                for (at, e) in after_offset(&entries, offset) {
+                    if add(e.ino, &e.name, *at, &|| {
                         self.lookup_in(SNAPDIR_INO, &e.name)
                     }) {
                         break;

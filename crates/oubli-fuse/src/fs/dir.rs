@@ -57,6 +57,11 @@ pub(crate) struct DirEntry {
     pub name: Vec<u8>,
 }
 
+/// The entries of a listing in offset order that come after `offset`.
+pub(crate) fn after_offset(entries: &[(u64, DirEntry)], offset: u64) -> &[(u64, DirEntry)] {
+    &entries[entries.partition_point(|(at, _)| *at <= offset)..]
+}
+
 pub(super) fn check_name(name: &[u8]) -> R<()> {
     if name.len() > NAME_MAX {
         return Err(Errno::ENAMETOOLONG);
@@ -652,8 +657,7 @@ impl Fs {
                 e
             }
         };
-        let from = entries.partition_point(|(at, _)| *at <= offset);
-        for (at, e) in &entries[from..] {
+        for (at, e) in after_offset(&entries, offset) {
             if add(e, *at) {
                 break;
             }
@@ -663,8 +667,14 @@ impl Fs {
 
     /// The listing of `ino`, each entry beside its offset, in offset order.
     fn listing_in_offset_order(&self, ino: u64) -> R<Vec<(u64, DirEntry)>> {
-        let mut out: Vec<(u64, DirEntry)> = self
-            .listing(ino)?
+        Ok(self.in_offset_order(self.listing(ino)?))
+    }
+
+    /// `entries` (`.` and `..` among them), each beside its offset, in
+    /// offset order: for every listing the kernel pages through, also
+    /// `.snapshots`' (kernel.rs), whose names change without it.
+    pub(crate) fn in_offset_order(&self, entries: Vec<DirEntry>) -> Vec<(u64, DirEntry)> {
+        let mut out: Vec<(u64, DirEntry)> = entries
             .into_iter()
             .map(|e| {
                 let at = match e.name.as_slice() {
@@ -676,7 +686,7 @@ impl Fs {
             })
             .collect();
         out.sort_unstable_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
-        Ok(out)
+        out
     }
 
     fn listing(&self, ino: u64) -> R<Vec<DirEntry>> {

@@ -30,7 +30,7 @@ mod snap;
 mod tests;
 
 pub(crate) use attr::SetAttr;
-pub(crate) use dir::DirEntry;
+pub(crate) use dir::{after_offset, DirEntry};
 use dir::{DirHandle, DirOffsets};
 use inodes::Inodes;
 use io::{net_of_overhead, AtimeMode};

@@ -186,6 +186,14 @@ fn next_names(dir: &File, bytes: usize) -> Vec<String> {
     names
 }
 
+/// The first page of `dir`'s listing, `bytes` of it: some names, fewer
+/// than `under` (so that the listing goes on after them).
+fn first_page(dir: &File, bytes: usize, under: usize) -> Vec<String> {
+    let page = next_names(dir, bytes);
+    assert!(!page.is_empty() && page.len() < under, "{}", page.len());
+    page
+}
+
 /// Pages through the rest of `dir`'s listing, `bytes` at a time, into `seen`.
 fn read_on_to_the_end(dir: &File, bytes: usize, seen: &mut Vec<String>) {
     loop {
@@ -248,12 +256,7 @@ fn a_listing_reset_halfway_by_another_reader_loses_no_name() {
     );
 
     let reader = File::open(&dir).unwrap();
-    let mut seen = next_names(&reader, 1024);
-    assert!(
-        !seen.is_empty() && seen.len() < all.len() / 4,
-        "{}",
-        seen.len()
-    );
+    let mut seen = first_page(&reader, 1024, all.len() / 4);
     let removed: HashSet<String> = seen.iter().cloned().collect();
     for n in &removed {
         fs::remove_file(dir.join(n)).unwrap();
@@ -292,12 +295,7 @@ fn a_snapshot_removed_while_snapshots_are_listed_moves_no_other_name() {
         handle.quiesced(|s| s.snapshot_create(n, None)).unwrap();
     }
     let reader = File::open(m.path(".snapshots")).unwrap();
-    let mut seen = next_names(&reader, 512);
-    assert!(
-        !seen.is_empty() && seen.len() < all.len() / 3,
-        "{}",
-        seen.len()
-    );
+    let mut seen = first_page(&reader, 512, all.len() / 3);
     let removed: HashSet<String> = seen.iter().cloned().collect();
     for n in &removed {
         handle.quiesced(|s| s.snapshot_remove(n)).unwrap();

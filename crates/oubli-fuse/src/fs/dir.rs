@@ -18,8 +18,7 @@ pub(super) struct DirHandle {
     entries: Option<Arc<Vec<(u64, DirEntry)>>>,
 }
 
-/// Where a listing continues after `.` and after `..`; every other name's
-/// offset is [`DirOffsets::of`] it.
+/// Where a listing continues after `.` and after `..` ([`DirOffsets::of`]).
 const DOT_OFFSET: u64 = 1;
 const DOTDOT_OFFSET: u64 = 2;
 
@@ -43,11 +42,15 @@ impl DirOffsets {
         Self(std::collections::hash_map::RandomState::new())
     }
 
-    /// In `3..2⁶³`: the kernel's directory position is a signed 64-bit
-    /// offset, and `0..=2` are the start, `.` and `..`.
+    /// `.` and `..` at 1 and 2, every other name in `3..2⁶³` (the kernel's
+    /// directory position is a signed 64-bit offset; 0 is the start).
     fn of(&self, name: &[u8]) -> u64 {
         use std::hash::BuildHasher;
-        (self.0.hash_one(name) >> 1).max(DOTDOT_OFFSET + 1)
+        match name {
+            b"." => DOT_OFFSET,
+            b".." => DOTDOT_OFFSET,
+            _ => (self.0.hash_one(name) >> 1).max(DOTDOT_OFFSET + 1),
+        }
     }
 }
 
@@ -650,7 +653,7 @@ impl Fs {
                 // Taken at the first page (and on rewind, and when the
                 // kernel continues with a handle it listed nothing with):
                 // the listing is O(n log n), every later page a slice of it.
-                let e = Arc::new(self.listing_in_offset_order(ino)?);
+                let e = Arc::new(self.in_offset_order(self.listing(ino)?));
                 if let Some(h) = lock(&self.dirs).get_mut(&fh) {
                     h.entries = Some(e.clone());
                 }
@@ -665,25 +668,13 @@ impl Fs {
         Ok(())
     }
 
-    /// The listing of `ino`, each entry beside its offset, in offset order.
-    fn listing_in_offset_order(&self, ino: u64) -> R<Vec<(u64, DirEntry)>> {
-        Ok(self.in_offset_order(self.listing(ino)?))
-    }
-
     /// `entries` (`.` and `..` among them), each beside its offset, in
     /// offset order: for every listing the kernel pages through, also
     /// `.snapshots`' (kernel.rs), whose names change without it.
     pub(crate) fn in_offset_order(&self, entries: Vec<DirEntry>) -> Vec<(u64, DirEntry)> {
         let mut out: Vec<(u64, DirEntry)> = entries
             .into_iter()
-            .map(|e| {
-                let at = match e.name.as_slice() {
-                    b"." => DOT_OFFSET,
-                    b".." => DOTDOT_OFFSET,
-                    name => self.dir_offsets.of(name),
-                };
-                (at, e)
-            })
+            .map(|e| (self.dir_offsets.of(&e.name), e))
             .collect();
         out.sort_unstable_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
         out
